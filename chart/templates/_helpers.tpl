@@ -1,0 +1,90 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "captf-lock-exporter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: release-chart, or the release name when it already contains the
+chart name. Truncated to 63 characters (a DNS label).
+*/}}
+{{- define "captf-lock-exporter.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "captf-lock-exporter.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride }}
+{{- end }}
+
+{{- define "captf-lock-exporter.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "captf-lock-exporter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "captf-lock-exporter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "captf-lock-exporter.labels" -}}
+helm.sh/chart: {{ include "captf-lock-exporter.chart" . }}
+{{ include "captf-lock-exporter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: exporter
+app.kubernetes.io/part-of: cluster-api-provider-terraform
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "captf-lock-exporter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "captf-lock-exporter.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "captf-lock-exporter.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* --listen-address value; an IPv6 host is bracketed. */}}
+{{- define "captf-lock-exporter.listenAddress" -}}
+{{- if contains ":" .Values.listenHost }}
+{{- printf "[%s]:%d" .Values.listenHost (int .Values.port) }}
+{{- else }}
+{{- printf "%s:%d" .Values.listenHost (int .Values.port) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The RBAC rules: get/list/watch only, on exactly the objects SPEC section 6
+names. One definition for the ClusterRole and the per-namespace Roles.
+*/}}
+{{- define "captf-lock-exporter.rbacRules" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["infrastructure.cluster.x-k8s.io"]
+  resources: ["terraformclusters", "terraformmachines", "terraformmachinepools"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["cluster.x-k8s.io"]
+  resources: ["clusters"]
+  verbs: ["get", "list", "watch"]
+{{- end }}

@@ -1,0 +1,146 @@
+//! Command-line flags, each with an environment fallback. A bad value stops
+//! the start with clap's message, which names the flag.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Read-only Prometheus exporter for CAPTF state-lock Leases.
+#[derive(Debug, Parser)]
+#[command(name = "captf-lock-exporter", version, about, long_about = None)]
+pub struct Cli {
+    /// What to run (default: run against a cluster).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Kubeconfig file; without it the usual inference applies (KUBECONFIG,
+    /// ~/.kube/config, then in-cluster).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_KUBECONFIG", value_parser = existing_file, global = true)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use.
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_CONTEXT", global = true)]
+    pub context: Option<String>,
+
+    /// Namespaces to watch, comma-separated; empty means all namespaces.
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_NAMESPACES", value_delimiter = ',', value_parser = namespace, global = true)]
+    pub namespaces: Vec<String>,
+
+    /// Address of the HTTP server (/metrics, /healthz, /readyz, /).
+    #[arg(
+        long,
+        env = "CAPTF_LOCK_EXPORTER_LISTEN_ADDRESS",
+        default_value = "0.0.0.0:9820",
+        global = true
+    )]
+    pub listen_address: SocketAddr,
+
+    /// Log format.
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    /// Log level or tracing filter (e.g. info, debug, captf_lock_exporter=debug).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_LOG_LEVEL", default_value = "info", value_parser = log_filter, global = true)]
+    pub log_level: String,
+
+    /// How often unresolved holder pods are read again (e.g. 10s, 1m).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_POD_RECHECK_INTERVAL", default_value = "10s", value_parser = positive_duration, global = true)]
+    pub pod_recheck_interval: Duration,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Watch a real cluster (the default).
+    Run,
+    /// Run the same pipeline on an embedded simulated cluster; no Kubernetes needed.
+    Demo,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+fn existing_file(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!("no such file: {s}"))
+    }
+}
+
+/// A namespace name: a DNS-1123 label.
+fn namespace(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"
+        ))
+    }
+}
+
+fn log_filter(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err_of(args: &[&str]) -> String {
+        let mut full = vec!["captf-lock-exporter"];
+        full.extend_from_slice(args);
+        Cli::try_parse_from(full)
+            .map(|_| ())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn bad_values_name_their_flag() {
+        assert!(err_of(&["--listen-address", "nope"]).contains("--listen-address"));
+        assert!(err_of(&["--log-format", "xml"]).contains("--log-format"));
+        assert!(err_of(&["--log-level", "info,=[bad"]).contains("--log-level"));
+        assert!(err_of(&["--namespaces", "ok,Not_OK"]).contains("--namespaces"));
+        assert!(err_of(&["--pod-recheck-interval", "0s"]).contains("--pod-recheck-interval"));
+        assert!(err_of(&["--pod-recheck-interval", "soon"]).contains("--pod-recheck-interval"));
+        assert!(err_of(&["--kubeconfig", "/nonexistent/kubeconfig"]).contains("--kubeconfig"));
+    }
+
+    #[test]
+    fn defaults_and_lists() {
+        let cli = Cli::try_parse_from(["x", "--namespaces", "a,b-2", "demo"]).expect("parses");
+        assert_eq!(cli.namespaces, vec!["a", "b-2"]);
+        assert_eq!(cli.command, Some(Command::Demo));
+        assert_eq!(cli.listen_address.port(), 9820);
+        assert_eq!(cli.pod_recheck_interval, Duration::from_secs(10));
+    }
+}

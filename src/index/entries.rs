@@ -1,0 +1,221 @@
+//! What the index keeps of each watched object: only the fields it uses.
+
+use std::time::SystemTime;
+
+use crate::core::classify::{lock_id, HolderClass};
+use crate::core::kind::Kind;
+use crate::core::lockinfo::{holder_host, LockInfo, LockInfoError};
+use crate::core::suffix::{kind_of_suffix, lock_lease_name};
+use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
+
+/// Longest label value taken from lock-info (Who, ID, Operation, Version).
+/// lock-info is written by the runner's ServiceAccount: untrusted, any size.
+pub const MAX_LABEL_BYTES: usize = 128;
+
+/// Who is kept up to this size; longer values keep their head and the host.
+const MAX_WHO_BYTES: usize = 1024;
+
+/// Pod names are DNS subdomains (≤ 253); a longer host is never a pod, and
+/// cutting it there keeps that verdict.
+const MAX_HOST_BYTES: usize = 254;
+
+/// Where a lock's age comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AgeSource {
+    /// lock-info `Created`.
+    LockInfo,
+    /// The moment this exporter first saw the lock held.
+    Observed,
+}
+
+impl AgeSource {
+    /// The `age_source` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgeSource::LockInfo => "lock_info",
+            AgeSource::Observed => "observed",
+        }
+    }
+}
+
+/// A state-lock Lease, trimmed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LockLease {
+    /// Namespace of the Lease.
+    pub namespace: String,
+    /// State suffix from the Lease name.
+    pub suffix: String,
+    /// Kind from the `owner-kind` label, when it names a Terraform* kind.
+    pub label_kind: Option<Kind>,
+    /// The `owner-name` label (the name, or its hash when over 63 bytes).
+    pub label_name: Option<String>,
+    /// `spec.holderIdentity`; empty when released.
+    pub holder_identity: String,
+    /// Parsed lock-info, capped; None when absent or unparseable.
+    pub info: Option<LockInfo>,
+    /// Why lock-info could not be used, when present but bad.
+    pub info_error: Option<LockInfoError>,
+    /// When this exporter first saw this lock ID held.
+    pub first_seen_held: Option<SystemTime>,
+    /// Holder class while held, kept by the index.
+    pub class: Option<HolderClass>,
+}
+
+impl LockLease {
+    /// A Lease entry from its parts; lock-info is capped here, once.
+    pub fn new(
+        namespace: String,
+        suffix: String,
+        label_kind: Option<&str>,
+        label_name: Option<String>,
+        holder_identity: String,
+        info: Result<Option<LockInfo>, LockInfoError>,
+    ) -> Self {
+        let (info, info_error) = match info {
+            Ok(i) => (i.map(cap_info), None),
+            Err(e) => (None, Some(e)),
+        };
+        LockLease {
+            namespace,
+            suffix,
+            label_kind: label_kind.and_then(Kind::from_kind),
+            label_name,
+            holder_identity: cap(&holder_identity, MAX_LABEL_BYTES).to_string(),
+            info,
+            info_error,
+            first_seen_held: None,
+            class: None,
+        }
+    }
+
+    /// The Lease's name.
+    pub fn lease_name(&self) -> String {
+        lock_lease_name(&self.suffix)
+    }
+
+    /// Held means a non-empty holderIdentity.
+    pub fn is_held(&self) -> bool {
+        !self.holder_identity.is_empty()
+    }
+
+    /// The lock ID: lock-info ID when non-empty, else holderIdentity.
+    pub fn lock_id(&self) -> &str {
+        lock_id(&self.holder_identity, self.info.as_ref())
+    }
+
+    /// Kind from the labels, else from the suffix.
+    pub fn owner_kind(&self) -> Option<Kind> {
+        self.label_kind.or_else(|| kind_of_suffix(&self.suffix))
+    }
+
+    /// Who, capped for a label value.
+    pub fn holder_label(&self) -> &str {
+        self.info
+            .as_ref()
+            .map_or("", |i| cap(&i.who, MAX_LABEL_BYTES))
+    }
+
+    /// (namespace, host) of the holder, when Who names one.
+    pub fn holder_pod_key(&self) -> Option<(String, String)> {
+        let host = holder_host(&self.info.as_ref()?.who)?;
+        Some((self.namespace.clone(), host.to_string()))
+    }
+
+    /// lock-info `Created` as Unix seconds, when usable.
+    pub fn created_seconds(&self) -> Option<f64> {
+        let created = self.info.as_ref()?.created?;
+        Some(created.timestamp() as f64 + f64::from(created.timestamp_subsec_nanos()) / 1e9)
+    }
+
+    /// Age at `now` and where it comes from; None when not held. A future
+    /// `Created` (clock skew) counts as age 0.
+    pub fn age(&self, now: SystemTime) -> Option<(f64, AgeSource)> {
+        if !self.is_held() {
+            return None;
+        }
+        let now_s = unix_seconds(now);
+        if let Some(created) = self.created_seconds() {
+            return Some(((now_s - created).max(0.0), AgeSource::LockInfo));
+        }
+        let seen = unix_seconds(self.first_seen_held.unwrap_or(now));
+        Some(((now_s - seen).max(0.0), AgeSource::Observed))
+    }
+}
+
+/// Seconds since the Unix epoch (negative before it).
+pub fn unix_seconds(t: SystemTime) -> f64 {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char
+/// boundary.
+pub fn cap(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn cap_info(mut info: LockInfo) -> LockInfo {
+    info.id = cap(&info.id, MAX_LABEL_BYTES).to_string();
+    info.operation = cap(&info.operation, MAX_LABEL_BYTES).to_string();
+    info.version = cap(&info.version, MAX_LABEL_BYTES).to_string();
+    if info.who.len() > MAX_WHO_BYTES {
+        // Keep the head for the label and the host after the last '@' for
+        // classification; the rebuilt string has the same last '@'.
+        let head = cap(&info.who, MAX_WHO_BYTES / 2).to_string();
+        info.who = match info.who.rfind('@') {
+            Some(at) => {
+                let host = info.who.get(at + 1..).unwrap_or("");
+                format!("{}@{}", head.replace('@', "_"), cap(host, MAX_HOST_BYTES))
+            }
+            None => head.replace('@', "_"),
+        };
+    }
+    info
+}
+
+/// A Terraform* object, trimmed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TfObject {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its full name.
+    pub name: String,
+    /// The `cluster.x-k8s.io/cluster-name` label.
+    pub cluster_label: Option<String>,
+    /// Its own `spec.jobs` timeouts.
+    pub jobs: Option<JobsPolicy>,
+    /// For a TerraformCluster: its own and its `spec.defaults.jobs` policies.
+    pub cluster: Option<ClusterPolicies>,
+}
+
+/// A TerraformCluster's policies, indexed by name for inheritance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TerraformCluster {
+    /// Its cluster-name label.
+    pub cluster_label: Option<String>,
+    /// Its own and default Job policies.
+    pub policies: ClusterPolicies,
+}
+
+/// A CAPI Cluster, trimmed to its infrastructureRef.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CapiCluster {
+    /// `spec.infrastructureRef`, normalised across API versions.
+    pub infra_ref: InfraRef,
+}
+
+/// A runner pod, trimmed to what stale detection needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PodState {
+    /// Phase Succeeded or Failed. A terminating pod is not finished.
+    pub finished: bool,
+}

@@ -1,0 +1,592 @@
+//! The in-memory index: trimmed copies of the watched objects, joined by key.
+//!
+//! Watchers feed it [`Change`]s; `/metrics` reads it. It does no I/O, so it is
+//! tested with synthetic objects and no runtime. Every join is a hash lookup:
+//! a lock Lease and its Terraform* object share the key (namespace, state
+//! suffix), a holder pod is found by (namespace, pod name), a TerraformCluster
+//! by (namespace, name) or by (namespace, cluster-name label).
+//!
+//! Holder classes are kept up to date on every change (not computed per
+//! scrape), so a class transition is logged once, when it happens.
+
+mod entries;
+mod resource;
+
+pub use entries::{CapiCluster, LockLease, PodState, TerraformCluster, TfObject};
+pub use resource::Resource;
+
+use std::collections::{HashMap, HashSet};
+use std::time::SystemTime;
+
+use crate::core::classify::{classify, holder_of, Holder, HolderClass, PodEvidence};
+use crate::core::kind::Kind;
+use crate::core::suffix::state_suffix;
+use crate::core::timeouts::{
+    effective, terraform_cluster_name, CapiClusterLookup, ClusterPolicies, Effective,
+};
+
+/// (namespace, name) of a namespaced object.
+pub type NsName = (String, String);
+
+/// A trimmed object as the index stores it, one variant per watched resource.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Entry {
+    /// A state-lock Lease.
+    Lease(LockLease),
+    /// A TerraformCluster, TerraformMachine or TerraformMachinePool.
+    Object(TfObject),
+    /// A CAPI Cluster.
+    Capi(CapiCluster),
+    /// A runner pod.
+    Pod(PodState),
+}
+
+/// One change from a watch, already trimmed. `entry: None` removes the key
+/// (a deletion, or an object that no longer passes the filters).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// Namespace and name of the API object.
+    pub key: NsName,
+    /// What the index keeps of it.
+    pub entry: Option<Entry>,
+}
+
+/// What a live read of a holder pod found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodRead {
+    /// The pod exists and has not reached Succeeded or Failed.
+    Live,
+    /// The pod exists with phase Succeeded or Failed.
+    Finished,
+    /// The API server answered not found.
+    Gone,
+    /// The read failed for another reason (403, 500, transport).
+    Failed,
+}
+
+/// A lock whose holder class changed, for the log line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassChange {
+    /// Namespace of the lock.
+    pub namespace: String,
+    /// Kind of the lock's object.
+    pub kind: &'static str,
+    /// Name of the lock's object.
+    pub name: String,
+    /// Class before (None: not held).
+    pub from: Option<HolderClass>,
+    /// Class after (None: released).
+    pub to: Option<HolderClass>,
+    /// The holder (lock-info Who, capped).
+    pub holder: String,
+    /// Lock age in seconds, when held.
+    pub age_seconds: Option<f64>,
+}
+
+/// Side effects a change asks of the caller: log lines and pods to read live.
+#[derive(Debug, Default, PartialEq)]
+pub struct Effects {
+    /// Locks whose class changed.
+    pub class_changes: Vec<ClassChange>,
+    /// Holder pods whose cached state says "not live" and that must be
+    /// confirmed by a live read before a lock is called stale.
+    pub confirm: Vec<NsName>,
+}
+
+/// Key of a lock and of its object: (namespace, state suffix).
+type LockKey = (String, String);
+
+/// The index. Not thread-safe by itself; the runtime wraps it in a lock.
+#[derive(Debug, Default)]
+pub struct Index {
+    locks: HashMap<LockKey, LockLease>,
+    objects: HashMap<LockKey, TfObject>,
+    /// Suffix of each object by (namespace, name, kind), to delete by key.
+    object_suffix: HashMap<(String, String, Kind), String>,
+    clusters: HashMap<NsName, TerraformCluster>,
+    /// TerraformCluster names per (namespace, cluster-name label).
+    clusters_by_label: HashMap<NsName, Vec<String>>,
+    capi: HashMap<NsName, CapiCluster>,
+    pods: HashMap<NsName, PodState>,
+    /// Live reads of holder pods the cache called not live.
+    confirmed: HashMap<NsName, PodRead>,
+    /// Locks per holder pod (namespace, host), for pod-driven reclassification.
+    locks_by_holder: HashMap<NsName, HashSet<LockKey>>,
+}
+
+impl Index {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one change of `resource` and returns what the caller must do.
+    pub fn apply(&mut self, resource: Resource, change: Change, now: SystemTime) -> Effects {
+        let mut fx = Effects::default();
+        match resource {
+            Resource::Leases => self.apply_lease(change, now, &mut fx),
+            Resource::Pods => self.apply_pod(change, now, &mut fx),
+            Resource::Clusters => self.apply_capi(change),
+            Resource::TerraformClusters
+            | Resource::TerraformMachines
+            | Resource::TerraformMachinePools => self.apply_object(resource, change, now, &mut fx),
+            Resource::Events => {}
+        }
+        fx
+    }
+
+    /// Replaces every entry of `resource` in `namespace` (all namespaces when
+    /// None) by `changes`: the end of a (re)list. Keys absent from the list
+    /// were deleted while the watch was down.
+    pub fn resync(
+        &mut self,
+        resource: Resource,
+        namespace: Option<&str>,
+        changes: Vec<Change>,
+        now: SystemTime,
+    ) -> Effects {
+        let listed: HashSet<NsName> = changes
+            .iter()
+            .filter(|c| c.entry.is_some())
+            .map(|c| c.key.clone())
+            .collect();
+        let in_scope = |ns: &str| namespace.is_none_or(|n| n == ns);
+        let stale: Vec<NsName> = self
+            .keys_of(resource)
+            .into_iter()
+            .filter(|k| in_scope(&k.0) && !listed.contains(k))
+            .collect();
+        let mut fx = Effects::default();
+        for key in stale {
+            let more = self.apply(resource, Change { key, entry: None }, now);
+            fx.class_changes.extend(more.class_changes);
+            fx.confirm.extend(more.confirm);
+        }
+        for change in changes {
+            let more = self.apply(resource, change, now);
+            fx.class_changes.extend(more.class_changes);
+            fx.confirm.extend(more.confirm);
+        }
+        fx
+    }
+
+    /// Records a live read of a holder pod and reclassifies its locks.
+    pub fn record_pod_read(&mut self, pod: NsName, read: PodRead, now: SystemTime) -> Effects {
+        let mut fx = Effects::default();
+        self.confirmed.insert(pod.clone(), read);
+        self.reclassify_holder(&pod, now, &mut fx);
+        fx
+    }
+
+    /// Holder pods that need a (new) live read: the cache does not show them
+    /// live and their last read failed or found them live (cache lag that has
+    /// not resolved). Used by the periodic re-check.
+    pub fn pods_to_recheck(&self) -> Vec<NsName> {
+        self.locks_by_holder
+            .keys()
+            .filter(|pod| !self.pod_cached_live(pod))
+            .filter(|pod| {
+                matches!(
+                    self.confirmed.get(*pod),
+                    None | Some(PodRead::Failed) | Some(PodRead::Live)
+                )
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Drops live-read results of pods no lock names any more.
+    pub fn gc_pod_reads(&mut self) {
+        let holders = &self.locks_by_holder;
+        self.confirmed.retain(|pod, _| holders.contains_key(pod));
+    }
+
+    fn keys_of(&self, resource: Resource) -> Vec<NsName> {
+        match resource {
+            Resource::Leases => self
+                .locks
+                .values()
+                .map(|l| (l.namespace.clone(), l.lease_name()))
+                .collect(),
+            Resource::Pods => self.pods.keys().cloned().collect(),
+            Resource::Clusters => self.capi.keys().cloned().collect(),
+            Resource::TerraformClusters
+            | Resource::TerraformMachines
+            | Resource::TerraformMachinePools => {
+                let kind = resource.kind();
+                self.object_suffix
+                    .keys()
+                    .filter(|(_, _, k)| Some(*k) == kind)
+                    .map(|(ns, name, _)| (ns.clone(), name.clone()))
+                    .collect()
+            }
+            Resource::Events => Vec::new(),
+        }
+    }
+
+    fn apply_lease(&mut self, change: Change, now: SystemTime, fx: &mut Effects) {
+        let (namespace, lease_name) = change.key;
+        let Some(suffix) = crate::core::suffix::suffix_of_lock_lease(&lease_name) else {
+            return;
+        };
+        let key: LockKey = (namespace, suffix.to_string());
+        let old = self.locks.remove(&key);
+        let old_class = old.as_ref().and_then(|l| l.class);
+        if let Some(old) = &old {
+            self.unlink_holder(&key, old);
+        }
+        let Some(Entry::Lease(mut lease)) = change.entry else {
+            if let Some(old) = old {
+                if old.is_held() {
+                    fx.class_changes
+                        .push(self.change_record(&key, &old, old_class, None, now));
+                }
+            }
+            return;
+        };
+        // Keep the observed start of a lock across updates and relists of
+        // the same lock, so an "observed" age does not restart.
+        lease.first_seen_held = match &old {
+            Some(o) if o.is_held() && lease.is_held() && o.lock_id() == lease.lock_id() => {
+                o.first_seen_held
+            }
+            _ if lease.is_held() => Some(now),
+            _ => None,
+        };
+        lease.class = None;
+        self.locks.insert(key.clone(), lease);
+        self.link_holder(&key);
+        self.reclassify(&key, old_class, now, fx);
+    }
+
+    fn apply_object(
+        &mut self,
+        resource: Resource,
+        change: Change,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        let Some(kind) = resource.kind() else { return };
+        let (namespace, name) = change.key;
+        let id = (namespace.clone(), name.clone(), kind);
+        if let Some(old_suffix) = self.object_suffix.remove(&id) {
+            self.objects.remove(&(namespace.clone(), old_suffix));
+        }
+        if kind == Kind::TerraformCluster {
+            if let Some(old) = self.clusters.remove(&(namespace.clone(), name.clone())) {
+                self.unindex_cluster_label(&namespace, &name, old.cluster_label.as_deref());
+            }
+        }
+        let suffix = state_suffix(&namespace, kind, &name);
+        if let Some(Entry::Object(obj)) = change.entry {
+            if let Some(tc) = obj.cluster.clone() {
+                if let Some(label) = obj.cluster_label.clone() {
+                    self.clusters_by_label
+                        .entry((namespace.clone(), label))
+                        .or_default()
+                        .push(name.clone());
+                }
+                self.clusters.insert(
+                    (namespace.clone(), name.clone()),
+                    TerraformCluster {
+                        cluster_label: obj.cluster_label.clone(),
+                        policies: tc,
+                    },
+                );
+            }
+            self.object_suffix.insert(id, suffix.clone());
+            self.objects
+                .insert((namespace.clone(), suffix.clone()), obj);
+        }
+        // Own-pod recognition needs the object's full name: reclassify its lock.
+        let key = (namespace, suffix);
+        if self.locks.contains_key(&key) {
+            let old_class = self.locks.get(&key).and_then(|l| l.class);
+            self.reclassify(&key, old_class, now, fx);
+        }
+    }
+
+    fn unindex_cluster_label(&mut self, namespace: &str, name: &str, label: Option<&str>) {
+        let Some(label) = label else { return };
+        let k = (namespace.to_string(), label.to_string());
+        if let Some(names) = self.clusters_by_label.get_mut(&k) {
+            names.retain(|n| n != name);
+            if names.is_empty() {
+                self.clusters_by_label.remove(&k);
+            }
+        }
+    }
+
+    fn apply_capi(&mut self, change: Change) {
+        match change.entry {
+            Some(Entry::Capi(c)) => {
+                self.capi.insert(change.key, c);
+            }
+            _ => {
+                self.capi.remove(&change.key);
+            }
+        }
+    }
+
+    fn apply_pod(&mut self, change: Change, now: SystemTime, fx: &mut Effects) {
+        let key = change.key;
+        let before = self.pod_cached_live(&key);
+        match change.entry {
+            Some(Entry::Pod(p)) => {
+                self.pods.insert(key.clone(), p);
+            }
+            _ => {
+                self.pods.remove(&key);
+            }
+        }
+        let after = self.pod_cached_live(&key);
+        if before == after && self.confirmed.contains_key(&key) {
+            return;
+        }
+        // The cache moved: an earlier live read no longer describes the pod.
+        self.confirmed.remove(&key);
+        if self.locks_by_holder.contains_key(&key) {
+            if !after {
+                fx.confirm.push(key.clone());
+            }
+            self.reclassify_holder(&key, now, fx);
+        }
+    }
+
+    fn pod_cached_live(&self, pod: &NsName) -> bool {
+        self.pods.get(pod).is_some_and(|p| !p.finished)
+    }
+
+    fn link_holder(&mut self, key: &LockKey) {
+        if let Some(pod) = self.locks.get(key).and_then(|l| l.holder_pod_key()) {
+            self.locks_by_holder
+                .entry(pod)
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
+    fn unlink_holder(&mut self, key: &LockKey, lease: &LockLease) {
+        if let Some(pod) = lease.holder_pod_key() {
+            if let Some(set) = self.locks_by_holder.get_mut(&pod) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.locks_by_holder.remove(&pod);
+                }
+            }
+        }
+    }
+
+    fn reclassify_holder(&mut self, pod: &NsName, now: SystemTime, fx: &mut Effects) {
+        let keys: Vec<LockKey> = self
+            .locks_by_holder
+            .get(pod)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        for key in keys {
+            let old = self.locks.get(&key).and_then(|l| l.class);
+            self.reclassify(&key, old, now, fx);
+        }
+    }
+
+    /// The object a lock belongs to: the watched object, else kind and name
+    /// from the Lease's owner labels when they are provably the real name.
+    fn owner_of(&self, key: &LockKey) -> Option<(Kind, String)> {
+        if let Some(obj) = self.objects.get(key) {
+            return Some((obj.kind, obj.name.clone()));
+        }
+        let lease = self.locks.get(key)?;
+        let kind = lease.owner_kind()?;
+        let name = lease.label_name.as_deref()?;
+        // A long name is hashed in the label; only a label that reproduces
+        // the suffix is the object's real name, which pod recognition needs.
+        (state_suffix(&key.0, kind, name) == key.1).then(|| (kind, name.to_string()))
+    }
+
+    fn reclassify(
+        &mut self,
+        key: &LockKey,
+        old_class: Option<HolderClass>,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        let owner = self.owner_of(key);
+        let Some(lease) = self.locks.get(key) else {
+            return;
+        };
+        let new_class = if lease.is_held() {
+            let holder = holder_of(
+                lease.info.as_ref(),
+                owner.as_ref().map(|(k, n)| (*k, n.as_str())),
+            );
+            Some(match &holder {
+                Holder::OwnPod(pod) => {
+                    let pod_key = (key.0.clone(), pod.clone());
+                    match self.pod_evidence(&pod_key) {
+                        Some(ev) => classify(&holder, ev),
+                        None => {
+                            fx.confirm.push(pod_key);
+                            // Unconfirmed: keep the last verdict rather than
+                            // flap through own_unverified for a few ms.
+                            old_class.unwrap_or(HolderClass::OwnUnverified)
+                        }
+                    }
+                }
+                other => classify(other, PodEvidence::Unreadable),
+            })
+        } else {
+            None
+        };
+        if let Some(lease) = self.locks.get_mut(key) {
+            lease.class = new_class;
+        }
+        if new_class != old_class {
+            if let Some(lease) = self.locks.get(key) {
+                let rec = self.change_record(key, lease, old_class, new_class, now);
+                fx.class_changes.push(rec);
+            }
+        }
+    }
+
+    /// What is known of a holder pod; None while a live read is pending.
+    fn pod_evidence(&self, pod: &NsName) -> Option<PodEvidence> {
+        if self.pod_cached_live(pod) {
+            return Some(PodEvidence::Live);
+        }
+        match self.confirmed.get(pod)? {
+            PodRead::Live => Some(PodEvidence::Live),
+            PodRead::Finished => Some(PodEvidence::Finished),
+            PodRead::Gone => Some(PodEvidence::Gone),
+            PodRead::Failed => Some(PodEvidence::Unreadable),
+        }
+    }
+
+    fn change_record(
+        &self,
+        key: &LockKey,
+        lease: &LockLease,
+        from: Option<HolderClass>,
+        to: Option<HolderClass>,
+        now: SystemTime,
+    ) -> ClassChange {
+        let (kind, name) = self.display_owner(key, lease);
+        ClassChange {
+            namespace: key.0.clone(),
+            kind,
+            name,
+            from,
+            to,
+            holder: lease.holder_label().to_string(),
+            age_seconds: lease.age(now).map(|(age, _)| age),
+        }
+    }
+
+    /// Kind and name for metric labels: the object's, else the Lease labels',
+    /// else the kind the suffix encodes and the suffix itself.
+    fn display_owner(&self, key: &LockKey, lease: &LockLease) -> (&'static str, String) {
+        if let Some(obj) = self.objects.get(key) {
+            return (obj.kind.as_str(), obj.name.clone());
+        }
+        let kind = lease.owner_kind().map_or("", Kind::as_str);
+        let name = lease.label_name.clone().unwrap_or_else(|| key.1.clone());
+        (kind, name)
+    }
+
+    /// Effective timeouts of an object, resolved through its TerraformCluster.
+    pub fn effective_for(&self, namespace: &str, obj: &TfObject) -> Effective {
+        let cluster = if obj.kind == Kind::TerraformCluster {
+            None
+        } else {
+            self.cluster_policies_for(namespace, obj.cluster_label.as_deref())
+        };
+        effective(obj.kind, obj.jobs.as_ref(), cluster)
+    }
+
+    fn cluster_policies_for(
+        &self,
+        namespace: &str,
+        label: Option<&str>,
+    ) -> Option<&ClusterPolicies> {
+        let label_key = label.map(|l| (namespace.to_string(), l.to_string()));
+        let capi = match label_key.as_ref().and_then(|k| self.capi.get(k)) {
+            Some(c) => CapiClusterLookup::Found(&c.infra_ref),
+            None => CapiClusterLookup::NotFound,
+        };
+        let candidates: Vec<&str> = label_key
+            .as_ref()
+            .and_then(|k| self.clusters_by_label.get(k))
+            .map(|v| v.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        let tc_name = terraform_cluster_name(label, capi, &candidates)?;
+        self.clusters
+            .get(&(namespace.to_string(), tc_name.to_string()))
+            .map(|tc| &tc.policies)
+    }
+
+    /// Calls `f` for every lock Lease with its display kind and name.
+    pub fn for_each_lock(&self, mut f: impl FnMut(LockView<'_>)) {
+        for (key, lease) in &self.locks {
+            let (kind, name) = self.display_owner(key, lease);
+            let effective = match self.objects.get(key) {
+                Some(obj) => self.effective_for(&key.0, obj),
+                None => effective(
+                    lease.owner_kind().unwrap_or(Kind::TerraformMachine),
+                    None,
+                    None,
+                ),
+            };
+            f(LockView {
+                namespace: &key.0,
+                kind,
+                name: &name,
+                lease,
+                effective,
+            });
+        }
+    }
+
+    /// Calls `f` for every known object that has no lock Lease yet.
+    pub fn for_each_unlocked_object(&self, mut f: impl FnMut(&str, &TfObject, Effective)) {
+        for (key, obj) in &self.objects {
+            if !self.locks.contains_key(key) {
+                f(&key.0, obj, self.effective_for(&key.0, obj));
+            }
+        }
+    }
+
+    /// Number of held locks per class.
+    pub fn held_per_class(&self) -> [(HolderClass, u64); 5] {
+        let mut out = HolderClass::ALL.map(|c| (c, 0u64));
+        for lease in self.locks.values() {
+            if let Some(class) = lease.class {
+                if let Some(slot) = out.iter_mut().find(|(c, _)| *c == class) {
+                    slot.1 += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Number of lock Leases, objects and cached pods (for the status page).
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        (self.locks.len(), self.objects.len(), self.pods.len())
+    }
+}
+
+/// A lock Lease as `/metrics` renders it.
+#[derive(Debug)]
+pub struct LockView<'a> {
+    /// Namespace.
+    pub namespace: &'a str,
+    /// Full kind for the `kind` label ("" when not known at all).
+    pub kind: &'static str,
+    /// Object name for the `name` label.
+    pub name: &'a str,
+    /// The trimmed Lease.
+    pub lease: &'a LockLease,
+    /// Effective timeouts of its object.
+    pub effective: Effective,
+}
+
+#[cfg(test)]
+mod tests;

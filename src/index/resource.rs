@@ -1,0 +1,67 @@
+//! The watched resources, as they appear in the `resource` label.
+
+use crate::core::kind::Kind;
+
+/// A watched API resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resource {
+    /// coordination.k8s.io/v1 leases (state locks).
+    Leases,
+    /// v1 pods (runner pods).
+    Pods,
+    /// events.k8s.io/v1 events (ForceUnlocked).
+    Events,
+    /// TerraformClusters.
+    TerraformClusters,
+    /// TerraformMachines.
+    TerraformMachines,
+    /// TerraformMachinePools.
+    TerraformMachinePools,
+    /// cluster.x-k8s.io clusters.
+    Clusters,
+}
+
+impl Resource {
+    /// Every resource, in label order.
+    pub const ALL: [Resource; 7] = [
+        Resource::Leases,
+        Resource::Pods,
+        Resource::Events,
+        Resource::TerraformClusters,
+        Resource::TerraformMachines,
+        Resource::TerraformMachinePools,
+        Resource::Clusters,
+    ];
+
+    /// The `resource` label value: the plural resource name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resource::Leases => "leases",
+            Resource::Pods => "pods",
+            Resource::Events => "events",
+            Resource::TerraformClusters => "terraformclusters",
+            Resource::TerraformMachines => "terraformmachines",
+            Resource::TerraformMachinePools => "terraformmachinepools",
+            Resource::Clusters => "clusters",
+        }
+    }
+
+    /// The Terraform* kind this resource holds, if any.
+    pub fn kind(self) -> Option<Kind> {
+        match self {
+            Resource::TerraformClusters => Some(Kind::TerraformCluster),
+            Resource::TerraformMachines => Some(Kind::TerraformMachine),
+            Resource::TerraformMachinePools => Some(Kind::TerraformMachinePool),
+            _ => None,
+        }
+    }
+
+    /// The resource of a Terraform* kind.
+    pub fn of_kind(kind: Kind) -> Resource {
+        match kind {
+            Kind::TerraformCluster => Resource::TerraformClusters,
+            Kind::TerraformMachine => Resource::TerraformMachines,
+            Kind::TerraformMachinePool => Resource::TerraformMachinePools,
+        }
+    }
+}

@@ -1,0 +1,19 @@
+//! captf-lock-exporter: a read-only Prometheus exporter for the state-lock
+//! Leases of CAPTF (Cluster API Provider Terraform).
+//!
+//! The flow is one-way: `watch` turns API objects into trimmed entries and
+//! feeds them to the `index`; the `verify` task confirms stale verdicts with
+//! live pod reads; `metrics` renders the index at scrape time; `server`
+//! serves it. `core` holds the pure rules mirrored from CAPTF.
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod core;
+pub mod demo;
+pub mod health;
+pub mod index;
+pub mod metrics;
+pub mod runtime;
+pub mod server;
+pub mod verify;
+pub mod watch;

@@ -1,0 +1,118 @@
+//! captf-lock-exporter: see the README.
+
+use std::process::ExitCode;
+
+use captf_lock_exporter::cli::{Cli, Command, LogFormat};
+use captf_lock_exporter::runtime::Shared;
+use captf_lock_exporter::verify::PodSource;
+use captf_lock_exporter::{demo, server, verify, watch};
+use clap::Parser;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+fn init_tracing(cli: &Cli) {
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .parse(&cli.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn client(cli: &Cli) -> Result<kube::Client, String> {
+    let config = match &cli.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| format!("cannot read --kubeconfig {}: {e}", path.display()))?;
+            let opts = KubeConfigOptions {
+                context: cli.context.clone(),
+                ..Default::default()
+            };
+            kube::Config::from_custom_kubeconfig(kc, &opts)
+                .await
+                .map_err(|e| format!("cannot use --kubeconfig {}: {e}", path.display()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            format!("no Kubernetes configuration (pass --kubeconfig, or run in a pod): {e}")
+        })?,
+    };
+    kube::Client::try_from(config).map_err(|e| format!("cannot build the Kubernetes client: {e}"))
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    let (shared, confirm_rx) = Shared::new();
+    let listener = server::bind(cli.listen_address)
+        .await
+        .map_err(|e| e.to_string())?;
+    let source = match cli.command.unwrap_or(Command::Run) {
+        Command::Run => {
+            let client = client(&cli).await?;
+            let scopes: Vec<Option<String>> = if cli.namespaces.is_empty() {
+                vec![None]
+            } else {
+                cli.namespaces.iter().cloned().map(Some).collect()
+            };
+            watch::spawn_all(client.clone(), shared.clone(), scopes);
+            PodSource::Api(client)
+        }
+        Command::Demo => {
+            let sim = demo::Sim::new();
+            tokio::spawn(demo::run(shared.clone(), sim.clone()));
+            tracing::info!("demo mode: simulated cluster, no Kubernetes API calls");
+            PodSource::Demo(sim)
+        }
+    };
+    tokio::spawn(verify::run(
+        shared.clone(),
+        source,
+        confirm_rx,
+        cli.pod_recheck_interval,
+    ));
+    tracing::info!(address = %cli.listen_address, version = shared.version, "serving /metrics, /healthz, /readyz");
+    tokio::select! {
+        _ = server::serve(listener, shared) => {}
+        _ = shutdown_signal() => tracing::info!("shutting down"),
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("captf-lock-exporter: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            tracing::error!("{msg}");
+            eprintln!("captf-lock-exporter: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}

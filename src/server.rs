@@ -1,0 +1,134 @@
+//! The admin HTTP server: `/metrics`, `/healthz`, `/readyz` and `/`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{ACCEPT, CONTENT_TYPE};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+use crate::metrics::{render, status_page, Format};
+use crate::runtime::Shared;
+
+/// Errors of the admin server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr} (--listen-address): {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+/// Answers one request from memory.
+pub fn handle(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    accept: Option<&str>,
+) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if method != Method::GET && method != Method::HEAD {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "method not allowed\n");
+    }
+    match path {
+        "/metrics" => {
+            let format = Format::negotiate(accept);
+            match render(shared, format) {
+                Ok(body) => reply(StatusCode::OK, format.content_type(), body),
+                Err(_) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, "encoding failed\n"),
+            }
+        }
+        "/healthz" | "/livez" => reply(StatusCode::OK, TEXT, "ok\n"),
+        "/readyz" => {
+            if shared.health.ready() {
+                reply(StatusCode::OK, TEXT, "ready\n")
+            } else {
+                reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    TEXT,
+                    "waiting for the first list of every watch\n",
+                )
+            }
+        }
+        "/" => reply(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            status_page(shared),
+        ),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+    }
+}
+
+/// Binds `addr`; fails at start with a message naming the flag.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
+}
+
+/// Serves connections on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(err) => {
+                tracing::warn!(error = %err, "accept failed");
+                continue;
+            }
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let shared = shared.clone();
+                async move {
+                    let accept = req
+                        .headers()
+                        .get(ACCEPT)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    // Rendering 100k objects takes milliseconds of CPU: keep it
+                    // off the reactor threads.
+                    let method = req.method().clone();
+                    let path = req.uri().path().to_owned();
+                    let resp = tokio::task::spawn_blocking(move || {
+                        handle(&shared, &method, &path, accept.as_deref())
+                    })
+                    .await
+                    .unwrap_or_else(|_| {
+                        reply(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "text/plain",
+                            "internal error\n",
+                        )
+                    });
+                    Ok::<_, Infallible>(resp)
+                }
+            });
+            if let Err(err) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await
+            {
+                tracing::debug!(error = %err, "connection error");
+            }
+        });
+    }
+}

@@ -1,0 +1,118 @@
+//! Confirms "holder pod not live" verdicts with a live read before a lock is
+//! reported stale, as CAPTF's own stale check reads the pod uncached.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, GroupVersionKind};
+use kube::Client;
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::core::classify::is_terminal_phase;
+use crate::health::ReadResult;
+use crate::index::{NsName, PodRead};
+use crate::runtime::Shared;
+use crate::watch::trim::PodObject;
+
+/// Where live pod reads go.
+#[derive(Clone)]
+pub enum PodSource {
+    /// The API server (GET pods/<name>).
+    Api(Client),
+    /// The demo's simulated cluster.
+    Demo(Arc<crate::demo::Sim>),
+}
+
+impl std::fmt::Debug for PodSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PodSource::Api(_) => "PodSource::Api",
+            PodSource::Demo(_) => "PodSource::Demo",
+        })
+    }
+}
+
+impl PodSource {
+    async fn read(&self, namespace: &str, name: &str) -> PodRead {
+        match self {
+            PodSource::Api(client) => {
+                let gvk = GroupVersionKind::gvk("", "v1", "Pod");
+                let ar = ApiResource::from_gvk_with_plural(&gvk, "pods");
+                let api: Api<PodObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+                match api.get(name).await {
+                    Ok(pod) => {
+                        let phase = pod.status.as_ref().map_or("", |s| s.phase.as_str());
+                        if is_terminal_phase(phase) {
+                            PodRead::Finished
+                        } else {
+                            PodRead::Live
+                        }
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 404 => PodRead::Gone,
+                    Err(err) => {
+                        tracing::debug!(namespace, pod = name, error = %err, "live pod read failed");
+                        PodRead::Failed
+                    }
+                }
+            }
+            PodSource::Demo(sim) => sim.read_pod(namespace, name),
+        }
+    }
+}
+
+/// Most live reads in flight at once.
+const MAX_IN_FLIGHT: usize = 8;
+
+/// Runs the verifier: reads each queued pod once at a time, and re-queues
+/// unresolved ones every `recheck`.
+pub async fn run(
+    shared: Arc<Shared>,
+    source: PodSource,
+    mut queue: mpsc::UnboundedReceiver<NsName>,
+    recheck: Duration,
+) {
+    let in_flight = Arc::new(std::sync::Mutex::new(HashSet::<NsName>::new()));
+    let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut tick = tokio::time::interval(recheck);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let pod = tokio::select! {
+            p = queue.recv() => match p { Some(p) => p, None => return },
+            _ = tick.tick() => {
+                let again = match shared.index.write() {
+                    Ok(mut ix) => { ix.gc_pod_reads(); ix.pods_to_recheck() }
+                    Err(_) => Vec::new(),
+                };
+                for p in again {
+                    let _ = shared.confirm_tx.send(p);
+                }
+                continue;
+            }
+        };
+        let fresh = in_flight
+            .lock()
+            .map(|mut s| s.insert(pod.clone()))
+            .unwrap_or(false);
+        if !fresh {
+            continue;
+        }
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let (shared, source, in_flight) = (shared.clone(), source.clone(), in_flight.clone());
+        tokio::spawn(async move {
+            let read = source.read(&pod.0, &pod.1).await;
+            shared.health.on_pod_read(match read {
+                PodRead::Live | PodRead::Finished => ReadResult::Found,
+                PodRead::Gone => ReadResult::NotFound,
+                PodRead::Failed => ReadResult::Error,
+            });
+            if let Ok(mut s) = in_flight.lock() {
+                s.remove(&pod);
+            }
+            shared.update(|ix, now| ix.record_pod_read(pod, read, now));
+            drop(permit);
+        });
+    }
+}

@@ -1,0 +1,49 @@
+"""A CRD that the API server does not serve: its watch is down, everything else keeps working."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from harness import (
+    ALL_RESOURCES,
+    E,
+    Exporter,
+    KubeEmulator,
+    lock_lease,
+    terraform_object,
+    wait_samples,
+)
+
+NS = "team-a"
+
+
+@pytest.mark.kube(omit=["terraformmachinepools"])
+def test_missing_machinepool_crd(kube: KubeEmulator, start_exporter: Callable[..., Exporter]) -> None:
+    kube.create(terraform_object("TerraformMachine", NS, "web"))
+    kube.create(lock_lease(NS, "TerraformMachine", "web", who="alice@laptop"))
+    kube.create(lock_lease(NS, "TerraformMachinePool", "pool", who="bob@desk"))
+    exp = start_exporter()  # waits for watches of every resource the emulator serves
+
+    expects = [E("captf_lock_exporter_watch_up", 0, resource="terraformmachinepools")]
+    expects += [E("captf_lock_exporter_watch_up", 1, resource=r)
+                for r in ALL_RESOURCES if r != "terraformmachinepools"]
+    expects += [
+        E("captf_state_lock_info", 1, namespace=NS, kind="TerraformMachine", name="web", **{"class": "foreign"}),
+        E("captf_state_lock_held", 1, namespace=NS, kind="TerraformMachine", name="web"),
+        # the pool's lock is still reported, kind and name from its Lease labels
+        E("captf_state_lock_info", 1, namespace=NS, kind="TerraformMachinePool", name="pool",
+          **{"class": "foreign"}),
+        E("captf_state_locks_held", 2, **{"class": "foreign"}),
+    ]
+    wait_samples(exp, expects, 20, "watch_up 0 for the missing CRD only, locks still classified")
+
+    # changes keep flowing through the healthy watches
+    kube.create(terraform_object("TerraformMachine", NS, "db"))
+    kube.create(lock_lease(NS, "TerraformMachine", "db", who="carol@ws"))
+    wait_samples(exp, [
+        E("captf_state_lock_info", 1, namespace=NS, kind="TerraformMachine", name="db", **{"class": "foreign"}),
+        E("captf_lock_exporter_watch_up", 0, resource="terraformmachinepools"),
+    ], 20, "a new lock reported while the pool CRD is missing")
+    assert exp.get("/healthz").status_code == 200

@@ -1,0 +1,68 @@
+"""captf_state_lock_overdue: 1 for a foreign/unknown lock older than its effective lockTimeoutSeconds."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from harness import (
+    E,
+    Exporter,
+    KubeEmulator,
+    lock_lease,
+    now_utc,
+    runner_pod_name,
+    terraform_object,
+    wait_samples,
+)
+
+NS = "team-a"
+M = "TerraformMachine"
+
+
+def overdue(name: str, cls: str, value: float | None):
+    return E("captf_state_lock_overdue", value, namespace=NS, kind=M, name=name, **{"class": cls})
+
+
+def test_overdue_against_effective_timeout(kube: KubeEmulator, exporter: Exporter) -> None:
+    two_hours_ago = now_utc() - dt.timedelta(hours=2)
+    half_hour_ago = now_utc() - dt.timedelta(minutes=30)
+    objs = {
+        "old-foreign": None,                       # 300 s default, 2 h old -> overdue
+        "young-foreign": None,                     # just taken -> not overdue
+        "old-unknown": None,                       # Who without '@' but a usable Created -> overdue
+        "old-stale": None,                         # own_stale is never overdue
+        "long-timeout-old": {"lockTimeoutSeconds": 3600},    # 2 h > 1 h -> overdue
+        "long-timeout-young": {"lockTimeoutSeconds": 3600},  # 30 min < 1 h -> not overdue
+        "future": None,                            # Created in the future: age 0
+    }
+    for n, jobs in objs.items():
+        kube.create(terraform_object(M, NS, n, jobs=jobs))
+    kube.create(lock_lease(NS, M, "old-foreign", who="alice@laptop", created=two_hours_ago))
+    kube.create(lock_lease(NS, M, "young-foreign", who="alice@laptop"))
+    kube.create(lock_lease(NS, M, "old-unknown", who="laptop", created=two_hours_ago))
+    kube.create(lock_lease(NS, M, "old-stale", who=f"root@{runner_pod_name(M, 'old-stale')}",
+                           created=two_hours_ago))
+    kube.create(lock_lease(NS, M, "long-timeout-old", who="alice@laptop", created=two_hours_ago))
+    kube.create(lock_lease(NS, M, "long-timeout-young", who="alice@laptop", created=half_hour_ago))
+    kube.create(lock_lease(NS, M, "future", who="alice@laptop", created=now_utc() + dt.timedelta(hours=1)))
+
+    m = wait_samples(exporter, [
+        overdue("old-foreign", "foreign", 1),
+        overdue("young-foreign", "foreign", 0),
+        overdue("old-unknown", "unknown", 1),
+        overdue("old-stale", "own_stale", 0),
+        overdue("long-timeout-old", "foreign", 1),
+        overdue("long-timeout-young", "foreign", 0),
+        overdue("future", "foreign", 0),
+        E("captf_state_lock_age_seconds", 0, namespace=NS, kind=M, name="future", age_source="lock_info"),
+    ], 20, "overdue flags")
+    age = m.get("captf_state_lock_age_seconds", namespace=NS, kind=M, name="old-foreign")
+    assert age is not None and 7200 - 5 <= age <= 7200 + 120, age
+
+
+def test_lock_becomes_overdue_without_any_api_change(kube: KubeEmulator, exporter: Exporter) -> None:
+    # overdue is a function of time: with a 3 s timeout a fresh foreign lock turns overdue by itself
+    kube.create(terraform_object(M, NS, "quick", jobs={"lockTimeoutSeconds": 3}))
+    kube.create(lock_lease(NS, M, "quick", who="alice@laptop"))
+    wait_samples(exporter, [overdue("quick", "foreign", 0)], 20, "the fresh lock, not yet overdue")
+    wait_samples(exporter, [overdue("quick", "foreign", 1)], 15, "the lock overdue after its 3 s timeout")

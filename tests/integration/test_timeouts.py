@@ -1,0 +1,98 @@
+"""Effective lockTimeoutSeconds / activeDeadlineSeconds (SPEC section 1, effective.go)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import (
+    E,
+    Exporter,
+    KubeEmulator,
+    capi_cluster,
+    terraform_object,
+    wait_samples,
+)
+
+NS = "tmo"
+TC, TM, TMP = "TerraformCluster", "TerraformMachine", "TerraformMachinePool"
+
+
+def timeout(kind: str, name: str, value: float | None):
+    return E("captf_state_lock_timeout_seconds", value, namespace=NS, kind=kind, name=name)
+
+
+def deadline(kind: str, name: str, value: float | None):
+    return E("captf_state_lock_deadline_seconds", value, namespace=NS, kind=kind, name=name)
+
+
+@pytest.fixture
+def clusters(kube: KubeEmulator) -> KubeEmulator:
+    # cl -> tc: defaults.jobs 600 / 7200, own jobs 900
+    kube.create(terraform_object(TC, NS, "tc", jobs={"lockTimeoutSeconds": 900},
+                                 defaults_jobs={"lockTimeoutSeconds": 600, "activeDeadlineSeconds": 7200},
+                                 cluster_label="cl"))
+    kube.create(capi_cluster(NS, "cl", "tc"))
+    return kube
+
+
+def test_builtin_default_is_300(kube: KubeEmulator, exporter: Exporter) -> None:
+    kube.create(terraform_object(TM, NS, "plain"))
+    kube.create(terraform_object(TC, NS, "lonely"))
+    wait_samples(exporter, [
+        timeout(TM, "plain", 300), deadline(TM, "plain", 3600),
+        timeout(TC, "lonely", 300), deadline(TC, "lonely", 3600),
+        # per-object series exist for objects that are not locked
+        E("captf_state_lock_held", 0, namespace=NS, kind=TM, name="plain"),
+        E("captf_state_lock_force_unlocks_total", 0, namespace=NS, kind=TM, name="plain"),
+    ], 20, "built-in defaults")
+
+
+def test_inherits_cluster_defaults_via_capi_cluster(clusters: KubeEmulator, exporter: Exporter) -> None:
+    clusters.create(terraform_object(TM, NS, "inherits", cluster_label="cl"))
+    clusters.create(terraform_object(TMP, NS, "pool", cluster_label="cl"))
+    wait_samples(exporter, [
+        timeout(TM, "inherits", 600), deadline(TM, "inherits", 7200),
+        timeout(TMP, "pool", 600), deadline(TMP, "pool", 7200),
+        # the TerraformCluster itself: its own spec.jobs, not its defaults
+        timeout(TC, "tc", 900), deadline(TC, "tc", 3600),
+    ], 20, "timeouts inherited through Cluster cl -> TerraformCluster tc")
+
+
+def test_own_spec_jobs_wins(clusters: KubeEmulator, exporter: Exporter) -> None:
+    clusters.create(terraform_object(TM, NS, "own", jobs={"lockTimeoutSeconds": 120}, cluster_label="cl"))
+    clusters.create(terraform_object(TM, NS, "zero", jobs={"lockTimeoutSeconds": 0}, cluster_label="cl"))
+    wait_samples(exporter, [
+        timeout(TM, "own", 120),
+        timeout(TM, "zero", 0),  # an explicit 0 counts as set
+    ], 20, "own spec.jobs.lockTimeoutSeconds wins")
+
+
+def test_cluster_own_jobs_when_it_has_no_defaults(kube: KubeEmulator, exporter: Exporter) -> None:
+    kube.create(terraform_object(TC, NS, "tc2", jobs={"lockTimeoutSeconds": 450}))
+    kube.create(capi_cluster(NS, "cl2", "tc2"))
+    kube.create(terraform_object(TM, NS, "m2", cluster_label="cl2"))
+    wait_samples(exporter, [timeout(TM, "m2", 450)], 20, "the TerraformCluster's own spec.jobs")
+
+
+def test_label_fallback_without_capi_cluster(kube: KubeEmulator, exporter: Exporter) -> None:
+    # no CAPI Cluster cl3: the one TerraformCluster labelled cluster-name=cl3 is used
+    kube.create(terraform_object(TC, NS, "tc3", defaults_jobs={"lockTimeoutSeconds": 240}, cluster_label="cl3"))
+    kube.create(terraform_object(TM, NS, "m3", cluster_label="cl3"))
+    # two TerraformClusters with the same label: none is used
+    kube.create(terraform_object(TC, NS, "tc4a", defaults_jobs={"lockTimeoutSeconds": 111}, cluster_label="cl4"))
+    kube.create(terraform_object(TC, NS, "tc4b", defaults_jobs={"lockTimeoutSeconds": 222}, cluster_label="cl4"))
+    kube.create(terraform_object(TM, NS, "m4", cluster_label="cl4"))
+    wait_samples(exporter, [timeout(TM, "m3", 240), timeout(TM, "m4", 300)], 20,
+                 "the cluster-name label fallback")
+
+
+def test_changes_propagate(clusters: KubeEmulator, exporter: Exporter) -> None:
+    clusters.create(terraform_object(TM, NS, "inherits", cluster_label="cl"))
+    wait_samples(exporter, [timeout(TM, "inherits", 600)], 20, "inherited 600")
+    clusters.patch("terraformclusters", NS, "tc", {"spec": {"defaults": {"jobs": {"lockTimeoutSeconds": 660}}}})
+    wait_samples(exporter, [timeout(TM, "inherits", 660)], 20, "the new cluster default 660")
+    clusters.patch("terraformmachines", NS, "inherits", {"spec": {"jobs": {"lockTimeoutSeconds": 30}}})
+    wait_samples(exporter, [timeout(TM, "inherits", 30)], 20, "the machine's own 30")
+    clusters.delete("terraformmachines", NS, "inherits")
+    # an object that no longer exists has no effective timeout
+    wait_samples(exporter, [timeout(TM, "inherits", None)], 20, "the timeout series gone with the object")

@@ -1,0 +1,471 @@
+#!/usr/bin/env node
+// Validates every dashboards/*.json. Run through check.sh (which installs the
+// pinned dependencies first). Exits 1 on any failure, printing every problem.
+//
+//  schema     JSON Schema generated now from @grafana/schema's own Dashboard
+//             type (ts-json-schema-generator), validated with ajv, all errors.
+//  lint       what the schema cannot say: stable uid, schemaVersion of the
+//             installed @grafana/schema, datasource variable first and used by
+//             every panel/target/variable, multi+All filter variables,
+//             unique panel ids and refIds, no overlapping panels, transformations
+//             naming existing "Value #<refId>" fields, /d/<uid> links resolving.
+//  promql     every expression parses with @prometheus-io/lezer-promql (the
+//             parser of Prometheus's own UI), exactly as queries.py hands it to
+//             the end-to-end test, and with promtool (Prometheus 2.42's parser)
+//             through a temporary rule file.
+//  semantics  on the expression as written (Grafana variables stay inside
+//             their label strings): metric names are in metrics.txt, label
+//             matchers / by / on / legend labels exist on those metrics, every
+//             range is $__rate_interval, every selector of a metric that has
+//             namespace/kind(/name) filters by the dashboard's variable with
+//             the right operator (=~ for multi/All, = for single values).
+"use strict";
+
+const fs = require("fs");
+const os = require("os");
+const path = require("path");
+const { spawnSync } = require("child_process");
+
+const HERE = __dirname;
+const ROOT = path.resolve(HERE, "..", "..");
+const DASH_DIR = path.join(ROOT, "dashboards");
+const DS_REF = { type: "prometheus", uid: "${datasource}" };
+const RATE_SENTINEL = "17m17s"; // stands for $__rate_interval while checking
+const TARGET_LABELS = new Set(["job", "instance"]);
+const FILTER_LABELS = ["namespace", "kind", "name"];
+const EXPORT_ONLY = ["__inputs", "__requires", "__elements"];
+
+let failures = 0;
+let passes = 0;
+function check(ok, what, problems) {
+  if (ok) {
+    passes++;
+    return;
+  }
+  failures++;
+  console.log(`FAIL ${what}`);
+  for (const p of problems) console.log(`  - ${p}`);
+}
+function runCheck(what, fn) {
+  const problems = [];
+  try {
+    fn(problems);
+  } catch (e) {
+    problems.push(`exception: ${e.stack || e}`);
+  }
+  check(problems.length === 0, what, problems);
+}
+
+// ---------------------------------------------------------------- inputs
+
+function loadMetrics() {
+  const metrics = new Map(); // name -> Set(labels)
+  let section = null;
+  const file = path.join(HERE, "metrics.txt");
+  fs.readFileSync(file, "utf8").split("\n").forEach((line, i) => {
+    line = line.replace(/#.*/, "").trim();
+    if (!line) return;
+    const sec = line.match(/^\[(\w+)\]$/);
+    if (sec) {
+      section = sec[1];
+      return;
+    }
+    if (!section) throw new Error(`${file}:${i + 1}: metric before any [section]`);
+    const [name, ...labels] = line.split(/\s+/);
+    if (metrics.has(name)) throw new Error(`${file}:${i + 1}: ${name} listed twice`);
+    metrics.set(name, new Set(labels));
+  });
+  return metrics;
+}
+
+function loadDashboards() {
+  const files = fs.readdirSync(DASH_DIR).filter((f) => f.endsWith(".json")).sort();
+  return files.map((f) => {
+    const file = path.join("dashboards", f);
+    const text = fs.readFileSync(path.join(ROOT, file), "utf8");
+    let json = null;
+    let error = null;
+    try {
+      json = JSON.parse(text);
+    } catch (e) {
+      error = e.message;
+    }
+    return { file, text, json, error };
+  });
+}
+
+function* walkPanels(panels, parentRow = null) {
+  for (const p of panels || []) {
+    yield { panel: p, row: parentRow };
+    if (Array.isArray(p.panels)) yield* walkPanels(p.panels, p);
+  }
+}
+
+const varsOf = (d) => ((d.templating || {}).list || []);
+const isDeepEqual = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+// ---------------------------------------------------------------- schema
+
+function buildSchema() {
+  const tsj = require("ts-json-schema-generator");
+  const pkgDir = path.dirname(require.resolve("@grafana/schema/package.json"));
+  const typesFile = path.join(pkgDir, "dist/types/raw/dashboard/x/types.gen.d.ts");
+  if (!fs.existsSync(typesFile)) throw new Error(`not found: ${typesFile}`);
+  const t0 = Date.now();
+  const schema = tsj
+    .createGenerator({ path: typesFile, type: "Dashboard", skipTypeCheck: true, additionalProperties: false })
+    .createSchema("Dashboard");
+  const version = require("@grafana/schema/package.json").version;
+  console.log(`schema: generated from @grafana/schema ${version} ${path.relative(HERE, typesFile)} type Dashboard in ${Date.now() - t0} ms`);
+  return schema;
+}
+
+function schemaChecks(dashboards) {
+  let validate;
+  runCheck("schema: generate JSON Schema from @grafana/schema", () => {
+    const Ajv = require("ajv");
+    const addFormats = require("ajv-formats");
+    const ajv = new Ajv({ allErrors: true, strict: false, verbose: true });
+    addFormats(ajv);
+    validate = ajv.compile(buildSchema());
+  });
+  if (!validate) return;
+  for (const d of dashboards) {
+    if (!d.json) continue;
+    runCheck(`schema: ${d.file}`, (problems) => {
+      if (validate(d.json)) return;
+      for (const e of validate.errors) {
+        const extra = e.params && e.params.additionalProperty ? ` (${e.params.additionalProperty})` : "";
+        problems.push(`${e.instancePath || "/"}: ${e.message}${extra}`);
+      }
+    });
+  }
+}
+
+// ---------------------------------------------------------------- lint
+
+function lintDashboard(d, allUids, problems) {
+  const j = d.json;
+  const { defaultDashboard } = require("@grafana/schema");
+  if (typeof j.uid !== "string" || !/^[a-z0-9][a-z0-9-]{0,39}$/.test(j.uid)) problems.push(`uid ${JSON.stringify(j.uid)} must be a stable lower-case slug of at most 40 characters`);
+  if (allUids.filter((u) => u === j.uid).length > 1) problems.push(`uid ${j.uid} is used by more than one dashboard`);
+  if (path.basename(d.file, ".json") !== j.uid) problems.push(`file name should be <uid>.json (${j.uid}.json)`);
+  if (j.schemaVersion !== defaultDashboard.schemaVersion) problems.push(`schemaVersion ${j.schemaVersion}, installed @grafana/schema says ${defaultDashboard.schemaVersion}`);
+  for (const k of EXPORT_ONLY) if (k in j) problems.push(`export-only key ${k}`);
+  if (j.id !== undefined && j.id !== null) problems.push(`id must be null or absent (instance-specific), is ${j.id}`);
+  if (!j.title) problems.push("no title");
+
+  // templating
+  const vars = varsOf(j);
+  const byName = new Map(vars.map((v) => [v.name, v]));
+  if (byName.size !== vars.length) problems.push("duplicate variable names");
+  const first = vars[0];
+  if (!first || first.type !== "datasource" || first.query !== "prometheus" || first.name !== "datasource") {
+    problems.push('the first variable must be {"name":"datasource","type":"datasource","query":"prometheus"}');
+  }
+  vars.forEach((v) => {
+    if (v.type === "query") {
+      if (!isDeepEqual(v.datasource, DS_REF)) problems.push(`variable ${v.name}: datasource must be ${JSON.stringify(DS_REF)}, is ${JSON.stringify(v.datasource)}`);
+      if (v.includeAll && v.allValue !== ".*") problems.push(`variable ${v.name}: includeAll needs allValue ".*" (else "All" is the regex of the values listed, which misses locks whose object is unknown)`);
+    }
+  });
+  for (const n of ["namespace", "kind"]) {
+    const v = byName.get(n);
+    if (v && v.type === "query" && (v.multi || v.includeAll) && !(v.multi && v.includeAll)) problems.push(`variable ${n}: multi and includeAll go together`);
+  }
+
+  // panels
+  const ids = new Map();
+  const boxes = [];
+  for (const { panel: p, row } of walkPanels(j.panels)) {
+    const where = `panel ${p.id} ${JSON.stringify(p.title)}`;
+    if (typeof p.id !== "number") problems.push(`${where}: no numeric id`);
+    else if (ids.has(p.id)) problems.push(`${where}: id also used by ${JSON.stringify(ids.get(p.id))}`);
+    else ids.set(p.id, p.title);
+    if (!p.title) problems.push(`${where}: no title`);
+    if (!p.gridPos) problems.push(`${where}: no gridPos`);
+    else if (!row || !row.collapsed) boxes.push({ where, ...p.gridPos });
+    if (p.type === "row") {
+      if (p.datasource !== undefined && !isDeepEqual(p.datasource, DS_REF)) problems.push(`${where}: row datasource must be ${JSON.stringify(DS_REF)} or absent`);
+      if (!p.collapsed && (p.panels || []).length) problems.push(`${where}: an expanded row keeps its panels at top level, not in row.panels`);
+      continue;
+    }
+    if (!isDeepEqual(p.datasource, DS_REF)) problems.push(`${where}: datasource must be ${JSON.stringify(DS_REF)}, is ${JSON.stringify(p.datasource)}`);
+    const targets = p.targets || [];
+    if (!targets.length && p.type !== "text") problems.push(`${where}: no queries`);
+    const refIds = new Set();
+    for (const t of targets) {
+      if (!t.refId) problems.push(`${where}: a target without refId`);
+      if (refIds.has(t.refId)) problems.push(`${where}: refId ${t.refId} twice`);
+      refIds.add(t.refId);
+      if (t.datasource !== undefined && !isDeepEqual(t.datasource, DS_REF)) problems.push(`${where} ${t.refId}: target datasource must be ${JSON.stringify(DS_REF)}`);
+      if (typeof t.expr !== "string" || !t.expr.trim()) problems.push(`${where} ${t.refId}: no expr`);
+      if (p.type === "table" && t.format !== "table") problems.push(`${where} ${t.refId}: a table panel's queries use format "table"`);
+      if (["stat", "table", "gauge", "bargauge"].includes(p.type) && !(t.instant === true && t.range === false)) problems.push(`${where} ${t.refId}: ${p.type} panels use instant queries (instant: true, range: false)`);
+      if (["timeseries", "state-timeline"].includes(p.type) && !(t.range === true && t.instant === false)) problems.push(`${where} ${t.refId}: ${p.type} panels use range queries (range: true, instant: false)`);
+    }
+    // transformations may only name Value #<refId> fields that exist
+    const txt = JSON.stringify(p.transformations || []) + JSON.stringify(p.fieldConfig || {}) + JSON.stringify(p.options || {});
+    for (const m of txt.matchAll(/Value #(\w+)/g)) {
+      if (!refIds.has(m[1])) problems.push(`${where}: refers to field "Value #${m[1]}" but has no query ${m[1]}`);
+    }
+    if (refIds.size > 1 && p.type === "table" && (p.transformations || []).length && !(p.transformations || []).some((t) => t.id === "merge")) {
+      problems.push(`${where}: a table of several queries needs a merge transformation`);
+    }
+  }
+  // overlapping panels (expanded layout)
+  for (let a = 0; a < boxes.length; a++) {
+    for (let b = a + 1; b < boxes.length; b++) {
+      const A = boxes[a], B = boxes[b];
+      if (A.x < B.x + B.w && B.x < A.x + A.w && A.y < B.y + B.h && B.y < A.y + A.h) problems.push(`${A.where} overlaps ${B.where}`);
+    }
+  }
+  for (const bx of boxes) if (bx.x + bx.w > 24) problems.push(`${bx.where}: wider than the 24-column grid`);
+
+  // links to other dashboards must resolve
+  for (const m of d.text.matchAll(/\/d\/([A-Za-z0-9_-]+)/g)) {
+    if (!allUids.includes(m[1])) problems.push(`link to /d/${m[1]}: no dashboard with that uid in dashboards/`);
+  }
+}
+
+// ---------------------------------------------------------------- PromQL
+
+const { parser } = require("@prometheus-io/lezer-promql");
+
+function parseErrors(expr) {
+  const tree = parser.parse(expr);
+  const errs = [];
+  tree.iterate({
+    enter(n) {
+      if (n.type.isError) errs.push(`syntax error at ${n.from}: …${expr.slice(Math.max(0, n.from - 20), n.from)}⟦${expr.slice(n.from, n.from + 20)}⟧`);
+    },
+  });
+  return { tree, errs };
+}
+
+const unquote = (s) => JSON.parse(s.startsWith("'") ? `"${s.slice(1, -1).replace(/"/g, '\\"')}"` : s.startsWith("`") ? JSON.stringify(s.slice(1, -1)) : s);
+
+// Semantic facts of a parsed expression.
+function analyse(expr, tree) {
+  const text = (n) => expr.slice(n.from, n.to);
+  const selectors = []; // {metric, matchers: [{label, op, value}]}
+  const grouping = []; // label names in by/without/on/ignoring/group_x
+  const ranges = []; // duration text of range and subquery selectors
+  const created = new Set(); // labels made by label_replace / label_join / count_values
+  const problems = [];
+  const visit = (node) => {
+    const n = node;
+    if (n.name === "VectorSelector") {
+      const sel = { metric: null, matchers: [] };
+      for (let c = n.firstChild; c; c = c.nextSibling) {
+        if (c.name === "Identifier") sel.metric = text(c);
+        if (c.name === "LabelMatchers") {
+          for (let m = c.firstChild; m; m = m.nextSibling) {
+            if (m.name === "UnquotedLabelMatcher") {
+              const label = text(m.getChild("LabelName"));
+              const op = text(m.getChild("MatchOp"));
+              const value = unquote(text(m.getChild("StringLiteral")));
+              if (label === "__name__") {
+                if (op !== "=") problems.push(`__name__${op}: metric names must be literal`);
+                else sel.metric = value;
+              } else sel.matchers.push({ label, op, value });
+            } else if (m.name === "QuotedLabelMatcher" || m.name === "QuotedLabelName") {
+              problems.push(`quoted (UTF-8) label or metric name ${text(m)}: Prometheus 2.x cannot parse it`);
+            }
+          }
+        }
+      }
+      if (!sel.metric) problems.push(`selector ${text(n)} names no metric`);
+      selectors.push(sel);
+    } else if (n.name === "GroupingLabels") {
+      for (let c = n.firstChild; c; c = c.nextSibling) if (c.name === "LabelName") grouping.push(text(c));
+    } else if (n.name === "MatrixSelector" || n.name === "SubqueryExpr") {
+      for (let c = n.firstChild; c; c = c.nextSibling) if (c.name === "DurationExpr") ranges.push(text(c));
+    } else if (n.name === "FunctionCall") {
+      const fn = text(n.getChild("FunctionIdentifier"));
+      if (fn === "label_replace" || fn === "label_join") {
+        const body = n.getChild("FunctionCallBody");
+        const args = [];
+        for (let c = body.firstChild; c; c = c.nextSibling) if (!["(", ")", ","].includes(c.name)) args.push(c);
+        if (args[1] && args[1].name === "StringLiteral") created.add(unquote(text(args[1])));
+      }
+    } else if (n.name === "AggregateExpr") {
+      const op = n.getChild("AggregateOp");
+      if (op && text(op) === "count_values") {
+        const body = n.getChild("FunctionCallBody");
+        const s = body && body.getChild("StringLiteral");
+        if (s) created.add(unquote(text(s)));
+      }
+    }
+    for (let c = n.firstChild; c; c = c.nextSibling) visit(c);
+  };
+  visit(tree.topNode);
+  return { selectors, grouping, ranges, created, problems };
+}
+
+// Replace Grafana's built-in interval variables; dashboard variables stay
+// (they may only appear inside label strings, where they parse as text).
+const withBuiltins = (raw) => raw.replace(/\$__rate_interval|\$\{__rate_interval\}/g, RATE_SENTINEL);
+
+function semanticChecks(d, metrics, problems) {
+  const j = d.json;
+  const vars = new Map(varsOf(j).map((v) => [v.name, v]));
+  const item = (where, raw, legendFormat, isVariable) => {
+    const expr = withBuiltins(raw);
+    const { tree, errs } = parseErrors(expr);
+    if (errs.length) {
+      problems.push(`${where}: does not parse with Grafana variables left in place (use them only inside label strings): ${errs[0]}`);
+      return;
+    }
+    const a = analyse(expr, tree);
+    a.problems.forEach((p) => problems.push(`${where}: ${p}`));
+    const known = new Set(TARGET_LABELS);
+    a.created.forEach((l) => known.add(l));
+    for (const s of a.selectors) {
+      if (!s.metric) continue;
+      if (!metrics.has(s.metric)) {
+        problems.push(`${where}: metric ${s.metric} is not in metrics.txt (not served by the exporter)`);
+        continue;
+      }
+      const labels = metrics.get(s.metric);
+      labels.forEach((l) => known.add(l));
+      for (const m of s.matchers) {
+        if (!labels.has(m.label) && !TARGET_LABELS.has(m.label)) problems.push(`${where}: ${s.metric} has no label ${m.label}`);
+      }
+      for (const l of FILTER_LABELS) {
+        const v = vars.get(l);
+        if (!v || !labels.has(l)) continue;
+        const multi = !!(v.multi || v.includeAll);
+        const want = { op: multi ? "=~" : "=", value: `$${l}` };
+        const got = s.matchers.filter((m) => m.label === l);
+        if (!got.some((m) => m.op === want.op && m.value === want.value)) {
+          problems.push(`${where}: ${s.metric} must filter ${l}${want.op}"${want.value}"` + (got.length ? ` (has ${got.map((m) => m.label + m.op + JSON.stringify(m.value)).join(", ")})` : ""));
+        }
+      }
+      for (const m of s.matchers) {
+        for (const vm of m.value.matchAll(/\$\{?(\w+)/g)) {
+          const v = vars.get(vm[1]);
+          if (v && (v.multi || v.includeAll) && m.op !== "=~" && m.op !== "!~") problems.push(`${where}: multi-value variable $${vm[1]} needs =~, not ${m.op}`);
+        }
+      }
+    }
+    for (const r of a.ranges) {
+      if (r !== RATE_SENTINEL) problems.push(`${where}: range [${r}] must be [$__rate_interval]`);
+    }
+    for (const g of a.grouping) {
+      if (!known.has(g)) problems.push(`${where}: by/on label ${g} is on none of the metrics it groups`);
+    }
+    for (const m of (legendFormat || "").matchAll(/\{\{\s*(\w+)\s*\}\}/g)) {
+      if (!known.has(m[1])) problems.push(`${where}: legend {{${m[1]}}} is a label of none of the metrics queried`);
+    }
+    if (isVariable) return a;
+    return a;
+  };
+  for (const v of varsOf(j)) {
+    if (v.type !== "query") continue;
+    const q = typeof v.query === "object" ? v.query.query : v.query;
+    const m = /^\s*label_values\(\s*(.*)\s*,\s*(\w+)\s*\)\s*$/s.exec(q || "");
+    if (!m) {
+      problems.push(`variable ${v.name}: query must be label_values(<selector>, <label>), is ${JSON.stringify(q)}`);
+      continue;
+    }
+    const a = item(`variable ${v.name}`, m[1], "", true);
+    if (a) {
+      for (const s of a.selectors) {
+        if (metrics.has(s.metric) && !metrics.get(s.metric).has(m[2]) && !TARGET_LABELS.has(m[2])) problems.push(`variable ${v.name}: ${s.metric} has no label ${m[2]}`);
+      }
+    }
+  }
+  for (const { panel: p } of walkPanels(j.panels)) {
+    for (const t of p.targets || []) {
+      if (typeof t.expr === "string") item(`panel ${p.id} ${JSON.stringify(p.title)} ${t.refId}`, t.expr, t.legendFormat, false);
+    }
+  }
+}
+
+// queries.py output: the exact expressions the end-to-end test runs.
+function e2eQueries() {
+  const r = spawnSync("python3", [path.join(HERE, "queries.py"), "--variables"], { encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`queries.py failed (${r.status}): ${r.stderr}`);
+  return r.stdout.trim().split("\n").filter(Boolean).map((l) => JSON.parse(l));
+}
+
+function promtoolCheck(queries, problems) {
+  const promtool = spawnSync("promtool", ["--version"], { encoding: "utf8" });
+  if (promtool.error) {
+    if (process.env.DASHBOARDS_SKIP_PROMTOOL === "1") {
+      console.log("promtool: not installed, skipped because DASHBOARDS_SKIP_PROMTOOL=1");
+      return;
+    }
+    problems.push("promtool not found: apt-get install --no-install-recommends prometheus (or DASHBOARDS_SKIP_PROMTOOL=1 to skip on a workstation)");
+    return;
+  }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "dash-promtool-"));
+  try {
+    const file = path.join(dir, "queries.rules.json");
+    // A rule file is YAML, and JSON is YAML: one group per query, named after it.
+    const groups = queries.map((q, i) => ({
+      name: `${q.file} | ${q.panel} | ${q.refId} | #${i}`,
+      rules: [{ record: `dashboard_query_${i}`, expr: q.kind === "variable" ? varSelector(q.expr) : q.expr }],
+    }));
+    fs.writeFileSync(file, JSON.stringify({ groups }, null, 1));
+    const r = spawnSync("promtool", ["check", "rules", file], { encoding: "utf8" });
+    if (r.status !== 0) {
+      problems.push(`promtool check rules failed:\n${(r.stdout + r.stderr).trim().split("\n").map((l) => "      " + l).join("\n")}`);
+    } else {
+      console.log(`promtool: ${(promtool.stdout || promtool.stderr).split("\n")[0]}: ${queries.length} expressions parse`);
+    }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const varSelector = (q) => /^\s*label_values\(\s*(.*)\s*,\s*\w+\s*\)\s*$/s.exec(q)[1];
+
+// ---------------------------------------------------------------- main
+
+function main() {
+  const t0 = Date.now();
+  let metrics;
+  runCheck("metrics.txt loads", () => {
+    metrics = loadMetrics();
+  });
+  const dashboards = loadDashboards();
+  runCheck("dashboards/ has dashboards", (p) => {
+    if (!dashboards.length) p.push("no *.json in dashboards/");
+  });
+  for (const d of dashboards) {
+    check(!d.error, `json: ${d.file}`, [d.error]);
+  }
+  const ok = dashboards.filter((d) => d.json);
+  const uids = ok.map((d) => d.json.uid);
+
+  schemaChecks(ok);
+  for (const d of ok) runCheck(`lint: ${d.file}`, (p) => lintDashboard(d, uids, p));
+  if (metrics) for (const d of ok) runCheck(`semantics: ${d.file}`, (p) => semanticChecks(d, metrics, p));
+
+  let queries = [];
+  runCheck("queries.py: every variable resolves", () => {
+    queries = e2eQueries();
+  });
+  runCheck(`promql (lezer-promql ${require("@prometheus-io/lezer-promql/package.json").version}): e2e expressions parse`, (p) => {
+    for (const q of queries) {
+      const expr = q.kind === "variable" ? varSelector(q.expr) : q.expr;
+      const { errs } = parseErrors(expr);
+      errs.forEach((e) => p.push(`${q.file} ${JSON.stringify(q.panel)} ${q.refId}: ${e}\n      ${expr}`));
+    }
+  });
+  runCheck("promql (promtool check rules): e2e expressions parse", (p) => promtoolCheck(queries, p));
+  runCheck("queries.py: every panel query is listed", (p) => {
+    let n = 0;
+    for (const d of ok) for (const { panel } of walkPanels(d.json.panels)) n += (panel.targets || []).filter((t) => t.expr).length;
+    const m = queries.filter((q) => q.kind === "panel").length;
+    if (n !== m) p.push(`dashboards have ${n} panel queries, queries.py printed ${m}`);
+  });
+
+  console.log(`${queries.filter((q) => q.kind === "panel").length} panel queries, ${queries.filter((q) => q.kind === "variable").length} variable queries in ${ok.length} dashboards; ${Date.now() - t0} ms`);
+  console.log(`dashboards: ${passes} passed, ${failures} failed`);
+  process.exit(failures ? 1 : 0);
+}
+
+main();
