@@ -279,7 +279,7 @@ impl Index {
         }
         let suffix = state_suffix(&namespace, kind, &name);
         if let Some(Entry::Object(obj)) = change.entry {
-            if let Some(tc) = obj.cluster.clone() {
+            if let Some(tc) = obj.cluster {
                 if let Some(label) = obj.cluster_label.clone() {
                     self.clusters_by_label
                         .entry((namespace.clone(), label))
@@ -345,12 +345,8 @@ impl Index {
         }
         // The cache moved: an earlier live read no longer describes the pod.
         self.confirmed.remove(&key);
-        if self.locks_by_holder.contains_key(&key) {
-            if !after {
-                fx.confirm.push(key.clone());
-            }
-            self.reclassify_holder(&key, now, fx);
-        }
+        // Reclassifying queues a live read where an own lock needs one.
+        self.reclassify_holder(&key, now, fx);
     }
 
     fn pod_cached_live(&self, pod: &NsName) -> bool {

@@ -1,1 +1,475 @@
+//! Index tests with synthetic objects: no cluster, no runtime.
 
+use std::time::{Duration, SystemTime};
+
+use super::*;
+use crate::core::lockinfo::LockInfo;
+use crate::core::suffix::lock_lease_name;
+use crate::core::timeouts::{InfraRef, JobsPolicy};
+
+const NS: &str = "ns1";
+
+fn t0() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+}
+
+fn info(who: &str) -> LockInfo {
+    LockInfo {
+        id: "id-1".into(),
+        operation: "OperationTypeApply".into(),
+        who: who.into(),
+        version: "1.9.0".into(),
+        created: None,
+    }
+}
+
+fn lease_change(kind: Kind, name: &str, held: Option<LockInfo>) -> Change {
+    let suffix = state_suffix(NS, kind, name);
+    let holder = if held.is_some() {
+        "lock-1".to_string()
+    } else {
+        String::new()
+    };
+    let entry = LockLease::new(
+        NS.into(),
+        suffix.clone(),
+        Some(kind.as_str()),
+        Some(name.into()),
+        holder,
+        Ok(held),
+    );
+    Change {
+        key: (NS.into(), lock_lease_name(&suffix)),
+        entry: Some(Entry::Lease(entry)),
+    }
+}
+
+fn object(
+    kind: Kind,
+    name: &str,
+    label: Option<&str>,
+    jobs: Option<JobsPolicy>,
+    cluster: Option<ClusterPolicies>,
+) -> Change {
+    let obj = TfObject {
+        kind,
+        name: name.into(),
+        cluster_label: label.map(Into::into),
+        jobs,
+        cluster,
+    };
+    Change {
+        key: (NS.into(), name.into()),
+        entry: Some(Entry::Object(obj)),
+    }
+}
+
+fn pod(name: &str, finished: bool) -> Change {
+    Change {
+        key: (NS.into(), name.into()),
+        entry: Some(Entry::Pod(PodState { finished })),
+    }
+}
+
+fn gone(name: &str) -> Change {
+    Change {
+        key: (NS.into(), name.into()),
+        entry: None,
+    }
+}
+
+/// The class of the lock of (kind, name), via the public render path.
+fn class_of(ix: &Index, kind: Kind, name: &str) -> Option<HolderClass> {
+    let mut out = None;
+    ix.for_each_lock(|v| {
+        if v.kind == kind.as_str() && v.name == name {
+            out = v.lease.class;
+        }
+    });
+    out
+}
+
+fn effective_of(ix: &Index, kind: Kind, name: &str) -> Option<Effective> {
+    let mut out = None;
+    ix.for_each_lock(|v| {
+        if v.kind == kind.as_str() && v.name == name {
+            out = Some(v.effective);
+        }
+    });
+    ix.for_each_unlocked_object(|_, o, e| {
+        if o.kind == kind && o.name == name {
+            out = Some(e);
+        }
+    });
+    out
+}
+
+const WEB_POD: &str = "captf-m-web-apply-a1-abc123-x7k2p";
+
+fn web_locked_by_own_pod(pod_finished: Option<bool>) -> (Index, Effects) {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    ix.apply(
+        Resource::TerraformMachines,
+        object(m, "web", None, None, None),
+        t0(),
+    );
+    if let Some(f) = pod_finished {
+        ix.apply(Resource::Pods, pod(WEB_POD, f), t0());
+    }
+    let fx = ix.apply(
+        Resource::Leases,
+        lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
+        t0(),
+    );
+    (ix, fx)
+}
+
+#[test]
+fn own_pod_running_is_own_live_without_a_read() {
+    let (ix, fx) = web_locked_by_own_pod(Some(false));
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnLive)
+    );
+    assert!(
+        fx.confirm.is_empty(),
+        "a live cached pod needs no live read"
+    );
+    assert_eq!(fx.class_changes.len(), 1);
+    assert_eq!(fx.class_changes[0].to, Some(HolderClass::OwnLive));
+}
+
+#[test]
+fn stale_needs_a_live_read_before_it_is_reported() {
+    let (mut ix, fx) = web_locked_by_own_pod(None);
+    assert_eq!(fx.confirm, vec![(NS.to_string(), WEB_POD.to_string())]);
+    // Not confirmed yet: never guessed stale.
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnUnverified)
+    );
+    let fx = ix.record_pod_read((NS.into(), WEB_POD.into()), PodRead::Gone, t0());
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnStale)
+    );
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnUnverified));
+}
+
+#[test]
+fn failed_pod_turns_stale_after_confirmation_and_keeps_live_meanwhile() {
+    let (mut ix, _) = web_locked_by_own_pod(Some(false));
+    let fx = ix.apply(Resource::Pods, pod(WEB_POD, true), t0());
+    assert_eq!(fx.confirm, vec![(NS.to_string(), WEB_POD.to_string())]);
+    assert!(
+        fx.class_changes.is_empty(),
+        "pending read keeps the last verdict"
+    );
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnLive)
+    );
+    let fx = ix.record_pod_read((NS.into(), WEB_POD.into()), PodRead::Finished, t0());
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnStale)
+    );
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnLive));
+    assert_eq!(fx.class_changes[0].to, Some(HolderClass::OwnStale));
+}
+
+#[test]
+fn deleted_pod_and_cache_lag() {
+    let (mut ix, _) = web_locked_by_own_pod(Some(false));
+    ix.apply(Resource::Pods, gone(WEB_POD), t0());
+    // The live read still finds it (cache ahead of the server is impossible,
+    // but a read racing a recreate is not): it stays live.
+    ix.record_pod_read((NS.into(), WEB_POD.into()), PodRead::Live, t0());
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnLive)
+    );
+    assert_eq!(
+        ix.pods_to_recheck(),
+        vec![(NS.to_string(), WEB_POD.to_string())]
+    );
+    ix.record_pod_read((NS.into(), WEB_POD.into()), PodRead::Gone, t0());
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnStale)
+    );
+    assert!(
+        ix.pods_to_recheck().is_empty(),
+        "a confirmed gone pod is final"
+    );
+}
+
+#[test]
+fn unreadable_pod_is_own_unverified_and_rechecked() {
+    let (mut ix, _) = web_locked_by_own_pod(None);
+    ix.record_pod_read((NS.into(), WEB_POD.into()), PodRead::Failed, t0());
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnUnverified)
+    );
+    assert_eq!(ix.pods_to_recheck().len(), 1);
+}
+
+#[test]
+fn foreign_unknown_and_release() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    for n in ["a", "b", "c", "d"] {
+        ix.apply(
+            Resource::TerraformMachines,
+            object(m, n, None, None, None),
+            t0(),
+        );
+    }
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "a", Some(info("alice@laptop"))),
+        t0(),
+    );
+    // Another object's runner pod is foreign to this one.
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "b", Some(info(&format!("@{WEB_POD}")))),
+        t0(),
+    );
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "c", Some(info("no-at-sign"))),
+        t0(),
+    );
+    let suffix = state_suffix(NS, m, "d");
+    let bad = LockLease::new(
+        NS.into(),
+        suffix.clone(),
+        None,
+        None,
+        "lock-d".into(),
+        Err(crate::core::lockinfo::parse_lock_info(b"{").unwrap_err()),
+    );
+    ix.apply(
+        Resource::Leases,
+        Change {
+            key: (NS.into(), lock_lease_name(&suffix)),
+            entry: Some(Entry::Lease(bad)),
+        },
+        t0(),
+    );
+    assert_eq!(class_of(&ix, m, "a"), Some(HolderClass::Foreign));
+    assert_eq!(class_of(&ix, m, "b"), Some(HolderClass::Foreign));
+    assert_eq!(class_of(&ix, m, "c"), Some(HolderClass::Unknown));
+    assert_eq!(class_of(&ix, m, "d"), Some(HolderClass::Unknown));
+    let counts = ix.held_per_class();
+    assert!(counts.contains(&(HolderClass::Foreign, 2)));
+    assert!(counts.contains(&(HolderClass::Unknown, 2)));
+
+    let fx = ix.apply(Resource::Leases, lease_change(m, "a", None), t0());
+    assert_eq!(class_of(&ix, m, "a"), None);
+    assert_eq!(fx.class_changes[0].to, None);
+    assert!(ix.held_per_class().contains(&(HolderClass::Foreign, 1)));
+}
+
+#[test]
+fn resync_drops_what_vanished_in_scope_only() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "a", Some(info("x@laptop"))),
+        t0(),
+    );
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "b", Some(info("x@laptop"))),
+        t0(),
+    );
+    let fx = ix.resync(Resource::Leases, Some("other-ns"), vec![], t0());
+    assert!(fx.class_changes.is_empty());
+    assert_eq!(ix.sizes().0, 2);
+    let fx = ix.resync(
+        Resource::Leases,
+        Some(NS),
+        vec![lease_change(m, "b", Some(info("x@laptop")))],
+        t0(),
+    );
+    assert_eq!(ix.sizes().0, 1);
+    assert_eq!(fx.class_changes.len(), 1, "only the vanished lock changed");
+    assert_eq!(fx.class_changes[0].name, "a");
+}
+
+#[test]
+fn observed_age_survives_updates_of_the_same_lock() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "a", Some(info("x@laptop"))),
+        t0(),
+    );
+    let later = t0() + Duration::from_secs(100);
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "a", Some(info("x@laptop"))),
+        later,
+    );
+    let mut age = None;
+    ix.for_each_lock(|v| age = v.lease.age(later + Duration::from_secs(5)));
+    let (secs, source) = age.expect("held");
+    assert_eq!(source, entries::AgeSource::Observed);
+    assert!((secs - 105.0).abs() < 1e-6, "age {secs}");
+}
+
+#[test]
+fn lock_of_unknown_object_is_reported_from_labels_and_can_be_own() {
+    let (mut ix, _) = (Index::new(), ());
+    let m = Kind::TerraformMachine;
+    // No TerraformMachine "web" is known, but the label reproduces the suffix.
+    ix.apply(Resource::Pods, pod(WEB_POD, false), t0());
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
+        t0(),
+    );
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
+    // A label that does not reproduce the suffix is not trusted as the name.
+    let suffix = state_suffix(NS, m, "real-name");
+    let l = LockLease::new(
+        NS.into(),
+        suffix.clone(),
+        Some("TerraformMachine"),
+        Some("web".into()),
+        "id".into(),
+        Ok(Some(info(&format!("@{WEB_POD}")))),
+    );
+    ix.apply(
+        Resource::Leases,
+        Change {
+            key: (NS.into(), lock_lease_name(&suffix)),
+            entry: Some(Entry::Lease(l)),
+        },
+        t0(),
+    );
+    let mut classes = Vec::new();
+    ix.for_each_lock(|v| classes.push((v.name.to_string(), v.lease.class)));
+    assert!(
+        classes.contains(&("web".to_string(), Some(HolderClass::Foreign))),
+        "{classes:?}"
+    );
+}
+
+#[test]
+fn object_arriving_after_its_lock_reclassifies() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    ix.apply(Resource::Pods, pod(WEB_POD, false), t0());
+    let suffix = state_suffix(NS, m, "web");
+    let l = LockLease::new(
+        NS.into(),
+        suffix.clone(),
+        None,
+        None,
+        "id".into(),
+        Ok(Some(info(&format!("@{WEB_POD}")))),
+    );
+    ix.apply(
+        Resource::Leases,
+        Change {
+            key: (NS.into(), lock_lease_name(&suffix)),
+            entry: Some(Entry::Lease(l)),
+        },
+        t0(),
+    );
+    assert_eq!(ix.held_per_class()[2], (HolderClass::Foreign, 1));
+    ix.apply(
+        Resource::TerraformMachines,
+        object(m, "web", None, None, None),
+        t0(),
+    );
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
+}
+
+fn tc_policies(lock: Option<i64>, default_lock: Option<i64>) -> ClusterPolicies {
+    ClusterPolicies {
+        jobs: Some(JobsPolicy {
+            lock_timeout_seconds: lock,
+            active_deadline_seconds: Some(1800),
+        }),
+        default_jobs: Some(JobsPolicy {
+            lock_timeout_seconds: default_lock,
+            active_deadline_seconds: None,
+        }),
+    }
+}
+
+fn capi(name: &str, infra: &str) -> Change {
+    let infra_ref = InfraRef {
+        api_group: crate::core::kind::API_GROUP.into(),
+        kind: "TerraformCluster".into(),
+        name: infra.into(),
+    };
+    Change {
+        key: (NS.into(), name.into()),
+        entry: Some(Entry::Capi(CapiCluster { infra_ref })),
+    }
+}
+
+#[test]
+fn timeouts_inherit_through_the_capi_cluster() {
+    let mut ix = Index::new();
+    let (c, m) = (Kind::TerraformCluster, Kind::TerraformMachine);
+    ix.apply(
+        Resource::TerraformClusters,
+        object(
+            c,
+            "tc-a",
+            Some("prod"),
+            None,
+            Some(tc_policies(Some(90), Some(30))),
+        ),
+        t0(),
+    );
+    ix.apply(
+        Resource::TerraformClusters,
+        object(
+            c,
+            "tc-b",
+            Some("prod"),
+            None,
+            Some(tc_policies(Some(91), Some(31))),
+        ),
+        t0(),
+    );
+    ix.apply(
+        Resource::TerraformMachines,
+        object(m, "w", Some("prod"), None, None),
+        t0(),
+    );
+    // Two TerraformClusters carry the label and there is no Cluster: none.
+    assert_eq!(
+        effective_of(&ix, m, "w").map(|e| e.lock_timeout_seconds),
+        Some(300)
+    );
+    ix.apply(Resource::Clusters, capi("prod", "tc-b"), t0());
+    let e = effective_of(&ix, m, "w").expect("known");
+    assert_eq!(e.lock_timeout_seconds, 31);
+    assert_eq!(e.active_deadline_seconds, 1800);
+    // Without the Cluster, exactly one labelled TerraformCluster is used.
+    ix.apply(Resource::Clusters, gone("prod"), t0());
+    ix.apply(
+        Resource::TerraformClusters,
+        Change {
+            key: (NS.into(), "tc-b".into()),
+            entry: None,
+        },
+        t0(),
+    );
+    assert_eq!(
+        effective_of(&ix, m, "w").map(|e| e.lock_timeout_seconds),
+        Some(30)
+    );
+}

@@ -676,7 +676,8 @@ class Exporter:
                                     "(build it with `cargo build`, or set EXPORTER_BIN)")
         self.port = free_port()
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith("KUBERNETES_") and k not in ("KUBECONFIG", "RUST_LOG")}
+               if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_"))
+               and k not in ("KUBECONFIG", "RUST_LOG")}
         env["KUBECONFIG"] = str(self.kubeconfig)
         env.setdefault("RUST_BACKTRACE", "1")
         self.argv = [self.binary, "--kubeconfig", str(self.kubeconfig),

@@ -35,23 +35,29 @@ const TARGET_LABELS = new Set(["job", "instance"]);
 const FILTER_LABELS = ["namespace", "kind", "name"];
 const EXPORT_ONLY = ["__inputs", "__requires", "__elements"];
 
-let failures = 0;
-let passes = 0;
+class CheckError extends Error {}
+
+// One run's results; check.js can be required (selftest.js) and run many times.
+let state = null;
+function out(line) {
+  state.log.push(line);
+  if (!state.quiet) console.log(line);
+}
 function check(ok, what, problems) {
   if (ok) {
-    passes++;
+    state.passes++;
     return;
   }
-  failures++;
-  console.log(`FAIL ${what}`);
-  for (const p of problems) console.log(`  - ${p}`);
+  state.failures.push({ what, problems });
+  out(`FAIL ${what}`);
+  for (const p of problems) out(`  - ${p}`);
 }
 function runCheck(what, fn) {
   const problems = [];
   try {
     fn(problems);
   } catch (e) {
-    problems.push(`exception: ${e.stack || e}`);
+    problems.push(e instanceof CheckError ? e.message : `exception: ${e.stack || e}`);
   }
   check(problems.length === 0, what, problems);
 }
@@ -78,11 +84,12 @@ function loadMetrics() {
   return metrics;
 }
 
-function loadDashboards() {
-  const files = fs.readdirSync(DASH_DIR).filter((f) => f.endsWith(".json")).sort();
+function loadDashboards(dir) {
+  const files = fs.readdirSync(dir).filter((f) => f.endsWith(".json")).sort();
   return files.map((f) => {
-    const file = path.join("dashboards", f);
-    const text = fs.readFileSync(path.join(ROOT, file), "utf8");
+    const abs = path.join(dir, f);
+    const file = path.relative(ROOT, abs);
+    const text = fs.readFileSync(abs, "utf8");
     let json = null;
     let error = null;
     try {
@@ -90,7 +97,7 @@ function loadDashboards() {
     } catch (e) {
       error = e.message;
     }
-    return { file, text, json, error };
+    return { file, abs, text, json, error };
   });
 }
 
@@ -106,6 +113,7 @@ const isDeepEqual = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
 // ---------------------------------------------------------------- schema
 
+let compiled = null; // the generated schema, compiled once per process
 function buildSchema() {
   const tsj = require("ts-json-schema-generator");
   const pkgDir = path.dirname(require.resolve("@grafana/schema/package.json"));
@@ -116,28 +124,40 @@ function buildSchema() {
     .createGenerator({ path: typesFile, type: "Dashboard", skipTypeCheck: true, additionalProperties: false })
     .createSchema("Dashboard");
   const version = require("@grafana/schema/package.json").version;
-  console.log(`schema: generated from @grafana/schema ${version} ${path.relative(HERE, typesFile)} type Dashboard in ${Date.now() - t0} ms`);
+  out(`schema: generated from @grafana/schema ${version} ${path.relative(HERE, typesFile)} type Dashboard in ${Date.now() - t0} ms`);
   return schema;
 }
 
 function schemaChecks(dashboards) {
-  let validate;
   runCheck("schema: generate JSON Schema from @grafana/schema", () => {
+    if (compiled) return;
     const Ajv = require("ajv");
     const addFormats = require("ajv-formats");
-    const ajv = new Ajv({ allErrors: true, strict: false, verbose: true });
+    const ajv = new Ajv({ allErrors: true, strict: false });
     addFormats(ajv);
-    validate = ajv.compile(buildSchema());
+    const schema = buildSchema();
+    // The whole dashboard decides; Panel and RowPanel alone only make the
+    // messages readable (a failing panel otherwise reports both anyOf branches).
+    const part = (def) => ajv.compile({ definitions: schema.definitions, $ref: `#/definitions/${def}` });
+    compiled = { dashboard: ajv.compile(schema), Panel: part("Panel"), RowPanel: part("RowPanel") };
   });
-  if (!validate) return;
+  if (!compiled) return;
+  const fmt = (prefix, e) => {
+    const extra = e.params && e.params.additionalProperty ? ` (${e.params.additionalProperty})` : "";
+    return `${prefix}${e.instancePath || (prefix ? "" : "/")}: ${e.message}${extra}`;
+  };
   for (const d of dashboards) {
-    if (!d.json) continue;
     runCheck(`schema: ${d.file}`, (problems) => {
-      if (validate(d.json)) return;
-      for (const e of validate.errors) {
-        const extra = e.params && e.params.additionalProperty ? ` (${e.params.additionalProperty})` : "";
-        problems.push(`${e.instancePath || "/"}: ${e.message}${extra}`);
-      }
+      if (compiled.dashboard(d.json)) return;
+      const panelErr = /^\/panels\/(\d+)(\/|$)/;
+      for (const e of compiled.dashboard.errors) if (!panelErr.test(e.instancePath)) problems.push(fmt("", e));
+      (d.json.panels || []).forEach((p, i) => {
+        const v = p && p.type === "row" ? compiled.RowPanel : compiled.Panel;
+        if (v(p)) return;
+        const label = `/panels/${i} (${p && p.type === "row" ? "RowPanel" : "Panel"} ${p && p.id} ${JSON.stringify(p && p.title)})`;
+        for (const e of v.errors) problems.push(fmt(label, e));
+      });
+      if (!problems.length) problems.push(...compiled.dashboard.errors.map((e) => fmt("", e)));
     });
   }
 }
@@ -231,6 +251,8 @@ function lintDashboard(d, allUids, problems) {
 // ---------------------------------------------------------------- PromQL
 
 const { parser } = require("@prometheus-io/lezer-promql");
+const lezerVersion = () =>
+  JSON.parse(fs.readFileSync(path.join(path.dirname(require.resolve("@prometheus-io/lezer-promql")), "..", "package.json"), "utf8")).version;
 
 function parseErrors(expr) {
   const tree = parser.parse(expr);
@@ -310,7 +332,9 @@ const withBuiltins = (raw) => raw.replace(/\$__rate_interval|\$\{__rate_interval
 function semanticChecks(d, metrics, problems) {
   const j = d.json;
   const vars = new Map(varsOf(j).map((v) => [v.name, v]));
-  const item = (where, raw, legendFormat, isVariable) => {
+  const varIndex = new Map(varsOf(j).map((v, i) => [v.name, i]));
+  // A variable query filters by the filter variables defined before it only.
+  const item = (where, raw, legendFormat, onlyVarsBefore) => {
     const expr = withBuiltins(raw);
     const { tree, errs } = parseErrors(expr);
     if (errs.length) {
@@ -335,6 +359,7 @@ function semanticChecks(d, metrics, problems) {
       for (const l of FILTER_LABELS) {
         const v = vars.get(l);
         if (!v || !labels.has(l)) continue;
+        if (onlyVarsBefore !== undefined && varIndex.get(l) >= onlyVarsBefore) continue;
         const multi = !!(v.multi || v.includeAll);
         const want = { op: multi ? "=~" : "=", value: `$${l}` };
         const got = s.matchers.filter((m) => m.label === l);
@@ -358,7 +383,6 @@ function semanticChecks(d, metrics, problems) {
     for (const m of (legendFormat || "").matchAll(/\{\{\s*(\w+)\s*\}\}/g)) {
       if (!known.has(m[1])) problems.push(`${where}: legend {{${m[1]}}} is a label of none of the metrics queried`);
     }
-    if (isVariable) return a;
     return a;
   };
   for (const v of varsOf(j)) {
@@ -369,7 +393,7 @@ function semanticChecks(d, metrics, problems) {
       problems.push(`variable ${v.name}: query must be label_values(<selector>, <label>), is ${JSON.stringify(q)}`);
       continue;
     }
-    const a = item(`variable ${v.name}`, m[1], "", true);
+    const a = item(`variable ${v.name}`, m[1], "", varIndex.get(v.name));
     if (a) {
       for (const s of a.selectors) {
         if (metrics.has(s.metric) && !metrics.get(s.metric).has(m[2]) && !TARGET_LABELS.has(m[2])) problems.push(`variable ${v.name}: ${s.metric} has no label ${m[2]}`);
@@ -378,23 +402,24 @@ function semanticChecks(d, metrics, problems) {
   }
   for (const { panel: p } of walkPanels(j.panels)) {
     for (const t of p.targets || []) {
-      if (typeof t.expr === "string") item(`panel ${p.id} ${JSON.stringify(p.title)} ${t.refId}`, t.expr, t.legendFormat, false);
+      if (typeof t.expr === "string") item(`panel ${p.id} ${JSON.stringify(p.title)} ${t.refId}`, t.expr, t.legendFormat, undefined);
     }
   }
 }
 
 // queries.py output: the exact expressions the end-to-end test runs.
-function e2eQueries() {
-  const r = spawnSync("python3", [path.join(HERE, "queries.py"), "--variables"], { encoding: "utf8" });
-  if (r.status !== 0) throw new Error(`queries.py failed (${r.status}): ${r.stderr}`);
+function e2eQueries(files) {
+  const r = spawnSync("python3", [path.join(HERE, "queries.py"), "--variables", ...files], { encoding: "utf8" });
+  if (r.status !== 0) throw new CheckError(`queries.py failed (exit ${r.status}): ${r.stderr.trim()}`);
   return r.stdout.trim().split("\n").filter(Boolean).map((l) => JSON.parse(l));
 }
 
 function promtoolCheck(queries, problems) {
+  if (!queries.length) return; // queries.py failed, reported already
   const promtool = spawnSync("promtool", ["--version"], { encoding: "utf8" });
   if (promtool.error) {
     if (process.env.DASHBOARDS_SKIP_PROMTOOL === "1") {
-      console.log("promtool: not installed, skipped because DASHBOARDS_SKIP_PROMTOOL=1");
+      out("promtool: not installed, skipped because DASHBOARDS_SKIP_PROMTOOL=1");
       return;
     }
     problems.push("promtool not found: apt-get install --no-install-recommends prometheus (or DASHBOARDS_SKIP_PROMTOOL=1 to skip on a workstation)");
@@ -413,7 +438,7 @@ function promtoolCheck(queries, problems) {
     if (r.status !== 0) {
       problems.push(`promtool check rules failed:\n${(r.stdout + r.stderr).trim().split("\n").map((l) => "      " + l).join("\n")}`);
     } else {
-      console.log(`promtool: ${(promtool.stdout || promtool.stderr).split("\n")[0]}: ${queries.length} expressions parse`);
+      out(`promtool: ${(promtool.stdout || promtool.stderr).split("\n")[0]}: ${queries.length} expressions parse`);
     }
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
@@ -424,13 +449,14 @@ const varSelector = (q) => /^\s*label_values\(\s*(.*)\s*,\s*\w+\s*\)\s*$/s.exec(
 
 // ---------------------------------------------------------------- main
 
-function main() {
+function run({ dir = DASH_DIR, quiet = false } = {}) {
+  state = { passes: 0, failures: [], log: [], quiet };
   const t0 = Date.now();
   let metrics;
   runCheck("metrics.txt loads", () => {
     metrics = loadMetrics();
   });
-  const dashboards = loadDashboards();
+  const dashboards = loadDashboards(dir);
   runCheck("dashboards/ has dashboards", (p) => {
     if (!dashboards.length) p.push("no *.json in dashboards/");
   });
@@ -446,9 +472,9 @@ function main() {
 
   let queries = [];
   runCheck("queries.py: every variable resolves", () => {
-    queries = e2eQueries();
+    queries = e2eQueries(ok.map((d) => d.abs));
   });
-  runCheck(`promql (lezer-promql ${require("@prometheus-io/lezer-promql/package.json").version}): e2e expressions parse`, (p) => {
+  runCheck(`promql (lezer-promql ${lezerVersion()}): e2e expressions parse`, (p) => {
     for (const q of queries) {
       const expr = q.kind === "variable" ? varSelector(q.expr) : q.expr;
       const { errs } = parseErrors(expr);
@@ -463,9 +489,13 @@ function main() {
     if (n !== m) p.push(`dashboards have ${n} panel queries, queries.py printed ${m}`);
   });
 
-  console.log(`${queries.filter((q) => q.kind === "panel").length} panel queries, ${queries.filter((q) => q.kind === "variable").length} variable queries in ${ok.length} dashboards; ${Date.now() - t0} ms`);
-  console.log(`dashboards: ${passes} passed, ${failures} failed`);
-  process.exit(failures ? 1 : 0);
+  out(`${queries.filter((q) => q.kind === "panel").length} panel queries, ${queries.filter((q) => q.kind === "variable").length} variable queries in ${ok.length} dashboards; ${Date.now() - t0} ms`);
+  out(`dashboards: ${state.passes} passed, ${state.failures.length} failed`);
+  return state;
 }
 
-main();
+module.exports = { run };
+
+if (require.main === module) {
+  process.exit(run().failures.length ? 1 : 0);
+}

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Validates dashboards/*.json: Grafana schema, lint, PromQL parse (lezer-promql
-# and promtool), metric/label allow-list. Exit status non-zero on any failure.
+# Validates dashboards/*.json. Exit status non-zero on any failure.
 #
-# Needs: node >= 18 + npm (dependencies come from the npm registry through
-# `npm ci` and the committed package-lock.json), python3 (queries.py), and
-# promtool (Debian: apt-get install --no-install-recommends prometheus).
-# DASHBOARDS_SKIP_PROMTOOL=1 skips the promtool pass where it is not installed.
-set -euo pipefail
+#   check.js       Grafana JSON Schema (generated from @grafana/schema now),
+#                  lint, PromQL parse (lezer-promql and promtool), metric and
+#                  label allow-list (metrics.txt), filters, $__rate_interval
+#   selftest.js    breaks the dashboards on purpose, one way at a time, and
+#                  requires check.js to fail with the expected message
+#   live_check.py  runs every query against a real Prometheus scraping two
+#                  fixture exporter replicas; each must return the right data
+#
+# Needs: node >= 18 + npm (dependencies from the npm registry via `npm ci`
+# and the committed package-lock.json; nothing else is downloaded), python3,
+# and Debian's `prometheus` package (promtool and prometheus):
+#   apt-get install -y --no-install-recommends prometheus
+# On a workstation without it: DASHBOARDS_SKIP_PROMTOOL=1 DASHBOARDS_SKIP_LIVE=1.
+set -uo pipefail
 cd "$(dirname "$0")"
 
+ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 start=$(date +%s%N)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -17,8 +26,28 @@ if ! npm ci --no-audit --no-fund --loglevel=error >"$log" 2>&1; then
   echo "check.sh: npm ci failed" >&2
   exit 1
 fi
-echo "check.sh: npm ci in $(( ($(date +%s%N) - start) / 1000000 )) ms"
-status=0
-node check.js || status=$?
-echo "check.sh: total $(( ($(date +%s%N) - start) / 1000000 )) ms"
-exit "$status"
+echo "check.sh: npm ci in $(ms "$start") ms"
+
+passed=0
+failed=0
+step() {
+  local name=$1
+  shift
+  local t
+  t=$(date +%s%N)
+  echo "== $name"
+  if "$@"; then
+    passed=$((passed + 1))
+    echo "== $name: ok in $(ms "$t") ms"
+  else
+    failed=$((failed + 1))
+    echo "== $name: FAILED in $(ms "$t") ms"
+  fi
+}
+step check.js node check.js
+step selftest.js node selftest.js
+step live_check.py python3 live_check.py
+
+echo "check.sh: total $(ms "$start") ms"
+echo "dashboards: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Checks the shipped Prometheus alerting rules of captf-lock-exporter:
+#   1. promtool check rules (with linting) on every alerts/*.rules.yaml;
+#   2. promtool test rules on every alerts/tests/*.yaml;
+#   3. yamllint --strict with alerts/.yamllint on everything under alerts/;
+#   4. consistency: exactly the SPEC section 5 alerts, each with severity,
+#      summary, description and a runbook_url whose anchor is a heading of
+#      docs/runbook.md, and each covered by promtool tests that expect it
+#      to fire and expect it to be silent.
+# Exits non-zero when any step fails. Needs promtool, yamllint and python3
+# with PyYAML (Debian: prometheus, yamllint; yamllint pulls python3-yaml):
+#   apt-get update && apt-get install -y --no-install-recommends prometheus yamllint
+set -uo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+install_hint='apt-get update && apt-get install -y --no-install-recommends prometheus yamllint'
+
+for tool in promtool yamllint python3; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "alerts/check.sh: $tool not found; install with: $install_hint" >&2
+    exit 2
+  fi
+done
+
+shopt -s nullglob
+rule_files=("$here"/*.rules.yaml)
+test_files=("$here"/tests/*.yaml)
+if [ "${#rule_files[@]}" -eq 0 ] || [ "${#test_files[@]}" -eq 0 ]; then
+  echo "alerts/check.sh: no rule files (alerts/*.rules.yaml) or no tests (alerts/tests/*.yaml)" >&2
+  exit 1
+fi
+
+passed=0
+failed=0
+step() {
+  local name="$1"
+  shift
+  echo "==> $name"
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    echo "FAILED: $name" >&2
+    failed=$((failed + 1))
+  fi
+}
+
+cd "$here" || exit 1
+step "promtool check rules" promtool check rules --lint=all --lint-fatal "${rule_files[@]}"
+for t in "${test_files[@]}"; do
+  step "promtool test rules ${t#"$repo"/}" promtool test rules "$t"
+done
+step "yamllint" yamllint --strict -c "$here/.yamllint" "$here"
+step "rules, tests and runbook agree" python3 - "$repo" "${rule_files[@]}" -- "${test_files[@]}" <<'PY'
+import re
+import sys
+
+import yaml
+
+repo = sys.argv[1]
+args = sys.argv[2:]
+sep = args.index("--")
+rule_files, test_files = args[:sep], args[sep + 1:]
+
+EXPECTED = {
+    "CAPTFStateLockForeignOverdue": "critical",
+    "CAPTFForceUnlocks": "warning",
+    "CAPTFStateLockStale": "warning",
+    "CAPTFStateLockHeldTooLong": "warning",
+    "CAPTFLockExporterDown": "warning",
+    "CAPTFLockExporterWatchDown": "warning",
+}
+RUNBOOK = "https://github.com/captf-io/captf-lock-exporter/blob/main/docs/runbook.md#"
+errors = []
+
+
+def anchor(heading):
+    # GitHub's heading anchors: lowercase, drop punctuation other than
+    # '-' and '_', spaces to '-'.
+    h = heading.strip().lower()
+    h = re.sub(r"[^\w\- ]", "", h)
+    return h.replace(" ", "-")
+
+
+def headings(path):
+    found, in_code = set(), False
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("```"):
+                in_code = not in_code
+            m = re.match(r"#{1,6} (.+)", line)
+            if m and not in_code:
+                found.add(anchor(m.group(1)))
+    return found
+
+
+anchors = headings(f"{repo}/docs/runbook.md")
+
+# The runbook's own links to anchors in itself or in sibling Markdown files.
+with open(f"{repo}/docs/runbook.md", encoding="utf-8") as f:
+    runbook_text = f.read()
+for target, frag in re.findall(r"\]\(([\w./-]*\.md)?#([\w-]+)\)", runbook_text):
+    path = f"{repo}/docs/{target}" if target else f"{repo}/docs/runbook.md"
+    try:
+        if frag not in headings(path):
+            errors.append(f"docs/runbook.md links to {target}#{frag}, which is no heading there")
+    except FileNotFoundError:
+        errors.append(f"docs/runbook.md links to {target}, which does not exist")
+
+alerts = {}
+for path in rule_files:
+    with open(path, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            if "alert" not in rule:
+                continue
+            name = rule["alert"]
+            if name in alerts:
+                errors.append(f"{name}: defined twice")
+            alerts[name] = rule
+
+if set(alerts) != set(EXPECTED):
+    errors.append(f"alerts {sorted(alerts)} differ from SPEC section 5 {sorted(EXPECTED)}")
+for name, rule in alerts.items():
+    labels = rule.get("labels", {})
+    ann = rule.get("annotations", {})
+    if name in EXPECTED and labels.get("severity") != EXPECTED[name]:
+        errors.append(f"{name}: severity {labels.get('severity')!r}, want {EXPECTED[name]!r}")
+    for key in ("summary", "description", "runbook_url"):
+        if not ann.get(key):
+            errors.append(f"{name}: no {key} annotation")
+    url = ann.get("runbook_url", "")
+    if not url.startswith(RUNBOOK):
+        errors.append(f"{name}: runbook_url {url!r} is not under {RUNBOOK}")
+    elif url[len(RUNBOOK):] not in anchors:
+        errors.append(f"{name}: runbook_url anchor #{url[len(RUNBOOK):]} is no heading of docs/runbook.md")
+
+fires, silent = set(), set()
+cases = groups = 0
+for path in test_files:
+    with open(path, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    for test in doc.get("tests", []):
+        groups += 1
+        for case in test.get("alert_rule_test", []):
+            cases += 1
+            (fires if case.get("exp_alerts") else silent).add(case["alertname"])
+for name in alerts:
+    if name not in fires:
+        errors.append(f"{name}: no promtool test expects it to fire")
+    if name not in silent:
+        errors.append(f"{name}: no promtool test expects it to be silent")
+
+for e in errors:
+    print(f"  {e}", file=sys.stderr)
+print(f"  {len(alerts)} alerts, {groups} promtool test groups, {cases} alert_rule_test cases")
+sys.exit(1 if errors else 0)
+PY
+
+echo "alerts: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,132 @@
+//! The exposition stays valid whatever lock-info holds: `promtool check
+//! metrics` lints the Prometheus 0.0.4 text (the format promtool 2.42 reads)
+//! and the OpenMetrics text is checked for its framing.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use captf_lock_exporter::core::kind::Kind;
+use captf_lock_exporter::core::lockinfo::parse_lock_info;
+use captf_lock_exporter::core::suffix::{lock_lease_name, state_suffix};
+use captf_lock_exporter::index::{Change, Entry, LockLease, Resource, TfObject};
+use captf_lock_exporter::metrics::{render, Format};
+use captf_lock_exporter::runtime::Shared;
+
+fn hostile_who() -> String {
+    let mut who = String::from("ev\"il\\us\ner\t@");
+    who.push_str(&"x".repeat(64 * 1024));
+    who.push_str("\u{1F512}\"\\\n");
+    who
+}
+
+fn shared_with_hostile_lock() -> Arc<Shared> {
+    let (shared, _rx) = Shared::new();
+    let info = serde_json::json!({
+        "ID": "id\"with\\quotes\nand newline", "Operation": "Op\\\"", "Info": "", "Who": hostile_who(),
+        "Version": "1.9.0\n# TYPE fake counter", "Created": "2026-09-26T15:53:38.315668626Z", "Path": "",
+    })
+    .to_string();
+    let suffix = state_suffix("ns", Kind::TerraformMachine, "web");
+    let lease = LockLease::new(
+        "ns".into(),
+        suffix.clone(),
+        Some("TerraformMachine"),
+        Some("web".into()),
+        "holder".into(),
+        parse_lock_info(info.as_bytes()).map(Some),
+    );
+    let obj = TfObject {
+        kind: Kind::TerraformMachine,
+        name: "web".into(),
+        cluster_label: None,
+        jobs: None,
+        cluster: None,
+    };
+    shared.update(|ix, now| {
+        ix.apply(
+            Resource::TerraformMachines,
+            Change {
+                key: ("ns".into(), "web".into()),
+                entry: Some(Entry::Object(obj)),
+            },
+            now,
+        );
+        ix.apply(
+            Resource::Leases,
+            Change {
+                key: ("ns".into(), lock_lease_name(&suffix)),
+                entry: Some(Entry::Lease(lease)),
+            },
+            now,
+        )
+    });
+    shared
+}
+
+#[test]
+fn hostile_holder_yields_a_valid_exposition() {
+    let shared = shared_with_hostile_lock();
+    let text = render(&shared, Format::Prometheus).expect("renders");
+    let info_line = text
+        .lines()
+        .find(|l| l.starts_with("captf_state_lock_info{"))
+        .unwrap_or_else(|| panic!("no lock series:\n{text}"));
+    assert!(
+        info_line.contains(r#"holder="ev\"il\\us\ner"#),
+        "escaped holder: {info_line}"
+    );
+    assert!(
+        info_line.len() < 1024,
+        "holder is capped, line is {} bytes",
+        info_line.len()
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("# TYPE fake")),
+        "a newline in a label must not start a line"
+    );
+
+    let om = render(&shared, Format::OpenMetrics).expect("renders");
+    assert!(om.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+    assert!(om.contains("# TYPE captf_state_lock_force_unlocks counter"));
+
+    let Some(promtool) = which("promtool") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "promtool is required in CI (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIP promtool lint: promtool not installed (apt-get install prometheus)");
+        return;
+    };
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("writes");
+    let out = child.wait_with_output().expect("promtool runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{report}\n--- exposition ---\n{text}"
+    );
+}
+
+fn which(bin: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(bin))
+        .find(|p| p.is_file())
+}

@@ -1,0 +1,456 @@
+//! The exporter against a scripted API server (a tower service behind
+//! `kube::Client`): what kmock's emulator cannot do — watch drops, 410 Gone,
+//! 403 on one resource — and proof that only GET requests are ever sent.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use captf_lock_exporter::metrics::{render, Format};
+use captf_lock_exporter::runtime::Shared;
+use captf_lock_exporter::verify::{self, PodSource};
+use captf_lock_exporter::watch;
+use http::{Method, Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+const NS: &str = "ns1";
+const WEB_POD: &str = "captf-m-web-apply-a1-abc123-x7k2p";
+
+fn suffix(kind: &str, short: &str, name: &str) -> String {
+    let h = hex::encode(Sha256::digest(format!("{NS}/{kind}/{name}").as_bytes()));
+    format!("{}-{short}", &h[..16])
+}
+
+fn lease(machine: &str, who: Option<&str>, rv: u32) -> Value {
+    let mut meta = json!({
+        "name": format!("lock-tfstate-default-{}", suffix("TerraformMachine", "m", machine)),
+        "namespace": NS,
+        "resourceVersion": rv.to_string(),
+        "labels": {
+            "tfstate": "true",
+            "captf.infrastructure.cluster.x-k8s.io/owner-kind": "TerraformMachine",
+            "captf.infrastructure.cluster.x-k8s.io/owner-name": machine,
+        },
+    });
+    let mut spec = json!({});
+    if let Some(who) = who {
+        let info = json!({"ID": format!("id-{machine}"), "Operation": "OperationTypeApply", "Info": "", "Who": who,
+            "Version": "1.9.0", "Created": "2026-09-26T15:53:38.315668626Z", "Path": ""});
+        meta["annotations"] = json!({"app.terraform.io/lock-info": info.to_string()});
+        spec["holderIdentity"] = json!(format!("id-{machine}"));
+    }
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec})
+}
+
+fn machine(name: &str, rv: u32) -> Value {
+    json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": rv.to_string()}, "spec": {}})
+}
+
+fn list(items: Vec<Value>, rv: u32) -> Value {
+    json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+}
+
+fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": reason, "reason": reason, "code": code})
+}
+
+/// How the scripted server answers one request.
+enum Reply {
+    Json(u16, Value),
+    /// A watch: these events, then either hang open or end (a dropped connection).
+    Watch(Vec<Value>, bool),
+}
+
+type Script = dyn Fn(&str, bool, usize) -> Reply + Send + Sync;
+
+/// A scripted API server: `script(path, is_watch, nth call of that kind)`.
+#[derive(Clone)]
+struct FakeApi {
+    script: Arc<Script>,
+    calls: Arc<Mutex<HashMap<(String, bool), usize>>>,
+    log: Arc<Mutex<Vec<(Method, String)>>>,
+    // Keeps hanging watch streams open until the test ends.
+    open: Arc<Mutex<Vec<mpsc::Sender<Result<Frame<Bytes>, Infallible>>>>>,
+}
+
+impl FakeApi {
+    fn new(script: impl Fn(&str, bool, usize) -> Reply + Send + Sync + 'static) -> Self {
+        FakeApi {
+            script: Arc::new(script),
+            calls: Default::default(),
+            log: Default::default(),
+            open: Default::default(),
+        }
+    }
+
+    fn handle(&self, req: Request<kube::client::Body>) -> Response<BoxBody<Bytes, Infallible>> {
+        let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or("").to_string();
+        self.log
+            .lock()
+            .unwrap()
+            .push((req.method().clone(), format!("{path}?{query}")));
+        let is_watch = query.contains("watch=true");
+        let n = {
+            let mut c = self.calls.lock().unwrap();
+            let e = c.entry((path.clone(), is_watch)).or_default();
+            *e += 1;
+            *e
+        };
+        match (self.script)(&path, is_watch, n) {
+            Reply::Json(code, v) => Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(v.to_string())).boxed())
+                .unwrap(),
+            Reply::Watch(events, hang) => {
+                let (tx, rx) = mpsc::channel(64);
+                for ev in events {
+                    tx.try_send(Ok(Frame::data(Bytes::from(format!("{ev}\n")))))
+                        .unwrap();
+                }
+                if hang {
+                    self.open.lock().unwrap().push(tx);
+                }
+                let stream = tokio_stream(rx);
+                Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(BodyExt::boxed(StreamBody::new(stream)))
+                    .unwrap()
+            }
+        }
+    }
+
+    fn client(&self) -> kube::Client {
+        let me = self.clone();
+        let svc = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let resp = me.handle(req);
+            async move { Ok::<_, Infallible>(resp) }
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    fn calls(&self, path: &str, watch: bool) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .get(&(path.to_string(), watch))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn assert_only_get(&self) {
+        let log = self.log.lock().unwrap();
+        assert!(!log.is_empty(), "the exporter made no request at all");
+        let bad: Vec<_> = log.iter().filter(|(m, _)| m != Method::GET).collect();
+        assert!(bad.is_empty(), "non-GET requests were sent: {bad:?}");
+    }
+}
+
+fn tokio_stream(
+    rx: mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
+) -> impl futures::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + Sync + 'static {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) })
+}
+
+const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
+const PODS: &str = "/api/v1/pods";
+const MACHINES: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachines";
+
+fn start(api: &FakeApi) -> Arc<Shared> {
+    let (shared, rx) = Shared::new();
+    let client = api.client();
+    watch::spawn_all(client.clone(), shared.clone(), vec![None]);
+    tokio::spawn(verify::run(
+        shared.clone(),
+        PodSource::Api(client),
+        rx,
+        Duration::from_secs(3600),
+    ));
+    shared
+}
+
+fn scrape(shared: &Arc<Shared>) -> String {
+    render(shared, Format::Prometheus).expect("renders")
+}
+
+/// Polls `cond` on fresh scrapes until it holds or the deadline passes.
+async fn wait_for(
+    shared: &Arc<Shared>,
+    what: &str,
+    secs: u64,
+    mut cond: impl FnMut(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let text = scrape(shared);
+        if cond(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; last scrape:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn has_lock(text: &str, name: &str, class: &str) -> bool {
+    text.lines().any(|l| {
+        l.starts_with("captf_state_lock_info{")
+            && l.contains(&format!("name=\"{name}\""))
+            && l.contains(&format!("class=\"{class}\""))
+    })
+}
+
+fn value(text: &str, series_prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series_prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Everything not scripted is a resource that is not served.
+fn not_served() -> Reply {
+    Reply::Json(404, status(404, "NotFound"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_drop_and_410_recover_without_losing_state() {
+    let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
+        (LEASES, false, 1) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
+        // Dropped connection: one event, then the stream ends.
+        (LEASES, true, 1) => Reply::Watch(
+            vec![json!({"type": "ADDED", "object": lease("b", Some("bob@desk"), 6)})],
+            false,
+        ),
+        // The resumed watch is told its resourceVersion expired.
+        (LEASES, true, 2) => Reply::Watch(
+            vec![json!({"type": "ERROR", "object": status(410, "Expired")})],
+            false,
+        ),
+        (LEASES, false, _) => Reply::Json(
+            200,
+            list(
+                vec![
+                    lease("a", Some("alice@laptop"), 1),
+                    lease("b", Some("bob@desk"), 6),
+                    lease("c", Some("carol@vm"), 7),
+                ],
+                20,
+            ),
+        ),
+        (LEASES, true, _) => Reply::Watch(vec![], true),
+        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
+        (PODS, true, _) => Reply::Watch(vec![], true),
+        _ => not_served(),
+    });
+    let shared = start(&api);
+    wait_for(&shared, "lock a", 10, |t| has_lock(t, "a", "foreign")).await;
+    // From here on, lock a must be in every scrape: a relist replaces the
+    // index content at its end, it never empties it first.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let t = scrape(&shared);
+        assert!(
+            has_lock(&t, "a", "foreign"),
+            "lock a vanished during recovery:\n{t}"
+        );
+        if has_lock(&t, "b", "foreign") && has_lock(&t, "c", "foreign") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "did not recover:\n{t}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        api.calls(LEASES, false),
+        2,
+        "one list at start, one relist after 410"
+    );
+    let log = api.log.lock().unwrap().clone();
+    let watches: Vec<&String> = log
+        .iter()
+        .filter(|(_, p)| p.starts_with(LEASES) && p.contains("watch=true"))
+        .map(|(_, p)| p)
+        .collect();
+    assert!(watches.len() >= 2);
+    assert!(
+        watches[1].contains("resourceVersion=6"),
+        "after a drop the watch resumes from the last version: {}",
+        watches[1]
+    );
+    let text = scrape(&shared);
+    assert!(
+        value(
+            &text,
+            "captf_lock_exporter_watch_errors_total{resource=\"leases\",reason=\"gone\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    assert!(text.contains("captf_lock_exporter_watch_up{resource=\"leases\"} 1"));
+    // The label selector is sent: the API server does the filtering it can.
+    assert!(
+        log.iter()
+            .any(|(_, p)| p.starts_with(LEASES) && p.contains("labelSelector=tfstate%3Dtrue")),
+        "{log:?}"
+    );
+    api.assert_only_get();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbidden_pods_make_own_locks_unverified_and_the_rest_works() {
+    let api = FakeApi::new(|path, is_watch, _| match (path, is_watch) {
+        (LEASES, false) => Reply::Json(
+            200,
+            list(
+                vec![
+                    lease("web", Some(&format!("@{WEB_POD}")), 1),
+                    lease("other", Some("alice@laptop"), 2),
+                ],
+                5,
+            ),
+        ),
+        (LEASES, true) => Reply::Watch(vec![], true),
+        (MACHINES, false) => {
+            Reply::Json(200, list(vec![machine("web", 3), machine("other", 4)], 5))
+        }
+        (MACHINES, true) => Reply::Watch(vec![], true),
+        (p, _) if p.starts_with("/api/v1/") && p.contains("pods") => {
+            Reply::Json(403, status(403, "Forbidden"))
+        }
+        _ => not_served(),
+    });
+    let shared = start(&api);
+    let text = wait_for(&shared, "own_unverified", 10, |t| {
+        has_lock(t, "web", "own_unverified") && has_lock(t, "other", "foreign")
+    })
+    .await;
+    assert!(
+        text.contains("captf_lock_exporter_watch_up{resource=\"pods\"} 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("captf_lock_exporter_watch_up{resource=\"leases\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("captf_lock_exporter_watch_up{resource=\"terraformclusters\"} 0"),
+        "{text}"
+    );
+    let text = wait_for(&shared, "a failed pod read", 10, |t| {
+        value(t, "captf_lock_exporter_pod_reads_total{result=\"error\"}").unwrap_or(0.0) >= 1.0
+    })
+    .await;
+    assert!(
+        value(
+            &text,
+            "captf_lock_exporter_watch_errors_total{resource=\"pods\",reason=\"forbidden\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    assert!(value(&text, "captf_lock_exporter_watch_errors_total{resource=\"terraformclusters\",reason=\"not_found\"}").unwrap_or(0.0) >= 1.0, "{text}");
+    // A missing CRD and missing RBAC settle readiness instead of blocking it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !shared.health.ready() {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    api.assert_only_get();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_is_confirmed_by_a_live_get_and_only_get_is_used() {
+    let api = FakeApi::new(|path, is_watch, _| match (path, is_watch) {
+        (LEASES, false) => Reply::Json(
+            200,
+            list(vec![lease("web", Some(&format!("@{WEB_POD}")), 1)], 5),
+        ),
+        (LEASES, true) => Reply::Watch(vec![], true),
+        (MACHINES, false) => Reply::Json(200, list(vec![machine("web", 3)], 5)),
+        (MACHINES, true) => Reply::Watch(vec![], true),
+        (PODS, false) => Reply::Json(200, list(vec![], 5)),
+        (PODS, true) => Reply::Watch(vec![], true),
+        (p, false) if p == format!("/api/v1/namespaces/{NS}/pods/{WEB_POD}") => {
+            Reply::Json(404, status(404, "NotFound"))
+        }
+        _ => not_served(),
+    });
+    let shared = start(&api);
+    wait_for(&shared, "own_stale", 10, |t| {
+        has_lock(t, "web", "own_stale")
+    })
+    .await;
+    let text = scrape(&shared);
+    assert!(
+        value(
+            &text,
+            "captf_lock_exporter_pod_reads_total{result=\"not_found\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        api.calls(&format!("/api/v1/namespaces/{NS}/pods/{WEB_POD}"), false),
+        1,
+        "one live read per verdict"
+    );
+    api.assert_only_get();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_errors_and_garbage_do_not_stop_the_exporter() {
+    let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
+        (LEASES, false, 1) => Reply::Json(500, status(500, "InternalError")),
+        // Not JSON at all.
+        (LEASES, false, 2) => Reply::Json(200, json!("this is not a list")),
+        (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
+        (LEASES, true, _) => Reply::Watch(
+            vec![
+                json!({"type": "ADDED", "object": {"metadata": 7}}),
+                json!({"type": "ADDED", "object": lease("b", Some("bob@desk"), 9)}),
+            ],
+            true,
+        ),
+        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
+        (PODS, true, _) => Reply::Watch(vec![], true),
+        _ => not_served(),
+    });
+    let shared = start(&api);
+    let text = wait_for(&shared, "lock a after errors", 15, |t| {
+        has_lock(t, "a", "foreign")
+    })
+    .await;
+    assert!(
+        value(
+            &text,
+            "captf_lock_exporter_watch_errors_total{resource=\"leases\",reason=\"server_error\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    assert!(
+        value(
+            &text,
+            "captf_lock_exporter_watch_errors_total{resource=\"leases\",reason=\"decode\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    api.assert_only_get();
+}

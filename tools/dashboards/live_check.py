@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Run every dashboard query against a real Prometheus scraping a fixture.
+
+Two fake exporter replicas (same job, as the chart may run two) serve the
+SPEC section 4 metrics for a fixed set of locks: an own_live lock, an overdue
+foreign lock, an unknown lock whose age is only observed, an unlocked object,
+force-unlocks. A real Prometheus (Debian `prometheus`, started here on
+127.0.0.1 and stopped by its PID) scrapes them every second. Then every query
+queries.py prints (variables resolved against that Prometheus, as the
+end-to-end test does) must run without error and return data, and the
+queries whose numbers matter must give the expected rows: one row per lock,
+not one per replica, worst lock first, right counts.
+
+This proves the PromQL works at run time (joins, duplicates, `and on`),
+which a parser cannot. The lead's end-to-end test does the same against the
+real exporter.
+
+Usage: live_check.py [DASHBOARD.json ...]  (default: every dashboards/*.json)
+Standard library only. Exit 1 on any failure.
+"""
+
+import http.server
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+HERE = pathlib.Path(__file__).resolve().parent
+JOB = "captf-lock-exporter"
+START = time.time()
+
+# (namespace, kind, name, class, operation, holder, lock_id, version, age, age_source, overdue)
+LOCKS = [
+    ("team-a", "TerraformMachine", "web", "own_live", "OperationTypeApply",
+     "@captf-m-web-apply-a1-abc123-x7k2p", "1111", "1.9.0", 120, "lock_info", 0),
+    ("team-a", "TerraformCluster", "prod", "foreign", "OperationTypePlan",
+     "alice@laptop", "2222", "1.9.0", 900, "lock_info", 1),
+    ("team-b", "TerraformMachinePool", "pool", "unknown", "", "", "abcd", "", 50, "observed", 0),
+]
+OBJECTS = [l[:3] for l in LOCKS] + [("team-b", "TerraformMachine", "db")]
+LAST_FORCE_UNLOCK = {"web": 3600, "db": 7200, "prod": 86400}  # seconds ago; pool: never (0)
+FORCE_UNLOCKS = {"web": 2, "db": 1, "prod": 1, "pool": 0}
+CLASSES = ["own_live", "own_stale", "foreign", "unknown", "own_unverified"]
+RESOURCES = ["leases", "pods", "events", "terraformclusters", "terraformmachines",
+             "terraformmachinepools", "clusters"]
+
+
+def esc(v):
+    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def labels(**kw):
+    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in kw.items()) + "}"
+
+
+def exposition(replica):
+    now = time.time()
+    up_for = now - START
+    out = []
+
+    def family(name, typ, samples):
+        out.append(f"# TYPE {name} {typ}")
+        for lab, val in samples:
+            suffix = "_total" if typ == "counter" else ""
+            out.append(f"{name}{suffix}{labels(**lab)} {val}")
+
+    obj = lambda ns, k, n: {"namespace": ns, "kind": k, "name": n}
+    family("captf_state_lock_info", "gauge", [
+        ({**obj(*l[:3]), "class": l[3], "operation": l[4], "holder": l[5], "lock_id": l[6], "version": l[7]}, 1)
+        for l in LOCKS])
+    # Replicas compute age a moment apart.
+    family("captf_state_lock_age_seconds", "gauge", [
+        ({**obj(*l[:3]), "class": l[3], "age_source": l[9]}, l[8] + up_for + replica * 0.5) for l in LOCKS])
+    family("captf_state_lock_created_timestamp_seconds", "gauge", [
+        (obj(*l[:3]), START - l[8]) for l in LOCKS if l[9] == "lock_info"])
+    family("captf_state_lock_overdue", "gauge", [({**obj(*l[:3]), "class": l[3]}, l[10]) for l in LOCKS])
+    held = {l[:3] for l in LOCKS}
+    family("captf_state_lock_held", "gauge", [(obj(*o), int(o in held)) for o in OBJECTS])
+    family("captf_state_lock_timeout_seconds", "gauge", [(obj(*o), 300) for o in OBJECTS])
+    family("captf_state_lock_deadline_seconds", "gauge", [(obj(*o), 3600) for o in OBJECTS])
+    # web's counter goes up while the check runs, so increase() sees a change.
+    family("captf_state_lock_force_unlocks", "counter", [
+        (obj(*o), FORCE_UNLOCKS[o[2]] + (int(up_for // 2) if o[2] == "web" else 0)) for o in OBJECTS])
+    family("captf_state_lock_last_force_unlock_timestamp_seconds", "gauge", [
+        (obj(*o), (now - LAST_FORCE_UNLOCK[o[2]]) if o[2] in LAST_FORCE_UNLOCK else 0) for o in OBJECTS])
+    family("captf_state_locks_held", "gauge", [
+        ({"class": c}, sum(1 for l in LOCKS if l[3] == c)) for c in CLASSES])
+    family("captf_lock_exporter_build_info", "gauge", [({"version": "0.1.0"}, 1)])
+    family("captf_lock_exporter_watch_up", "gauge", [({"resource": r}, 1) for r in RESOURCES])
+    family("captf_lock_exporter_watch_events", "counter", [({"resource": r}, int(up_for * 3)) for r in RESOURCES])
+    family("captf_lock_exporter_watch_errors", "counter", [({"resource": "pods", "reason": "watch_failed"}, 1)])
+    family("captf_lock_exporter_pod_reads", "counter", [
+        ({"result": r}, n) for r, n in (("found", 5), ("not_found", 2), ("error", 0))])
+    return "\n".join(out) + "\n"
+
+
+def serve(replica):
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = exposition(replica).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api(base, path, **params):
+    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        return json.load(e)
+
+
+def main():
+    if not shutil.which("prometheus"):
+        if os.environ.get("DASHBOARDS_SKIP_LIVE") == "1":
+            print("live: prometheus not installed, skipped because DASHBOARDS_SKIP_LIVE=1")
+            return 0
+        print("live: prometheus not found: apt-get install --no-install-recommends prometheus"
+              " (or DASHBOARDS_SKIP_LIVE=1 to skip on a workstation)")
+        print("live: 0 passed, 1 failed")
+        return 1
+    t0 = time.time()
+    replicas = [serve(0), serve(1)]
+    tmp = tempfile.mkdtemp(prefix="dash-live-")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cfg = pathlib.Path(tmp, "prometheus.yml")
+    cfg.write_text(json.dumps({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": JOB, "static_configs": [
+            {"targets": [f"127.0.0.1:{s.server_address[1]}" for s in replicas]}]}],
+    }))
+    log = open(pathlib.Path(tmp, "prometheus.log"), "w")
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=log, stderr=subprocess.STDOUT)
+    failures, passed = [], 0
+    try:
+        # Wait for both targets and enough samples for rate()/increase().
+        deadline = time.time() + 60
+        while True:
+            if prom.poll() is not None:
+                raise RuntimeError(f"prometheus exited {prom.returncode}: {pathlib.Path(tmp, 'prometheus.log').read_text()}")
+            try:
+                r = api(base, "query", query=f'min(count_over_time(up{{job="{JOB}"}}[1m])) and count(up{{job="{JOB}"}} == 1) == 2')
+                res = r.get("data", {}).get("result", [])
+                if res and float(res[0]["value"][1]) >= 4:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError("prometheus did not scrape both fixture replicas within 60 s")
+            time.sleep(0.5)
+
+        q = subprocess.run([sys.executable, str(HERE / "queries.py"), "--prometheus", base, "--rate-interval", "1m", *sys.argv[1:]],
+                           capture_output=True, text=True)
+        if q.returncode != 0:
+            raise RuntimeError(f"queries.py failed: {q.stderr}")
+        queries = [json.loads(l) for l in q.stdout.splitlines() if l.strip()]
+        results = {}
+        now = time.time()
+        for item in queries:
+            key = (item["dashboard"], item["panel_id"], item["refId"])
+            where = f'{item["dashboard"]} panel {item["panel_id"]} {item["panel"]!r} {item["refId"]}'
+            if item["instant"]:
+                r = api(base, "query", query=item["expr"], time=now)
+            else:
+                r = api(base, "query_range", query=item["expr"], start=now - 30, end=now, step=2)
+            if r.get("status") != "success":
+                failures.append(f"{where}: {r.get('error')}\n      {item['expr']}")
+                continue
+            res = r["data"]["result"]
+            if not res:
+                failures.append(f"{where}: no data\n      {item['expr']}")
+                continue
+            results[key] = res
+            passed += 1
+
+        def rows(uid, pid, ref):
+            return results.get((uid, pid, ref), [])
+
+        def expect(what, ok):
+            nonlocal passed
+            if ok:
+                passed += 1
+            else:
+                failures.append(f"expectation: {what}")
+
+        M, D = "captf-state-locks", "captf-state-lock-object"
+        last = lambda s: float(s["value"][1]) if "value" in s else float(s["values"][-1][1])
+        # held per class: one replica's numbers, not the sum of two
+        for ref, cls in zip("ABCDE", CLASSES):
+            got = [last(s) for s in rows(M, 1, ref)]
+            want = sum(1 for l in LOCKS if l[3] == cls)
+            expect(f"held-by-class {cls} = {want}, got {got}", got == [want])
+        expect("overdue stat = 1", [last(s) for s in rows(M, 2, "A")] == [1])
+        expect("exporter targets up = 2", [last(s) for s in rows(M, 3, "A")] == [2])
+        # the held-locks table: one row per lock for every column query
+        for ref in "ABCDE":
+            names = sorted(s["metric"]["name"] for s in rows(M, 4, ref))
+            expect(f"held-locks table {ref}: one row per held lock, got {names}", names == sorted(l[2] for l in LOCKS))
+        order = [s["metric"]["name"] for s in sorted(rows(M, 4, "E"), key=last, reverse=True)]
+        expect(f"held-locks sort key puts overdue first, then oldest: {order}", order == ["prod", "web", "pool"])
+        ages = {s["metric"]["name"]: (s["metric"].get("age_source"), last(s)) for s in rows(M, 4, "B")}
+        expect(f"pool's age is observed: {ages}", ages.get("pool", ("",))[0] == "observed")
+        lf = sorted(s["metric"]["name"] for s in rows(M, 7, "A"))
+        expect(f"last force-unlock table lists web, db, prod (not pool): {lf}", lf == ["db", "prod", "web"])
+        ts = {s["metric"]["name"]: last(s) for s in rows(M, 7, "A")}
+        expect("last force-unlock is in milliseconds", abs(ts.get("web", 0) - (now - 3600) * 1000) < 120_000)
+        fu = rows(M, 6, "A")
+        expect(f"force-unlocks per namespace: {[s['metric'] for s in fu]}",
+               {s["metric"].get("namespace") for s in fu} == {"team-a", "team-b"})
+        # drill-down resolved to the first namespace/kind/name: team-a TerraformCluster prod
+        cls = [s["metric"].get("class") for s in rows(D, 2, "A")]
+        expect(f"drill-down resolves team-a/TerraformCluster/prod (foreign): {cls}", cls == ["foreign"])
+        expect("drill-down current lock table: one row", len(rows(D, 7, "A")) == 1 and len(rows(D, 7, "B")) == 1)
+    except RuntimeError as e:
+        failures.append(str(e))
+    finally:
+        prom.terminate()
+        try:
+            prom.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            prom.kill()
+            prom.wait()
+        log.close()
+        for s in replicas:
+            s.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+    for f in failures:
+        print(f"FAIL live {f}")
+    print(f"live: {passed} checks against Prometheus in {time.time() - t0:.1f} s")
+    print(f"live: {passed} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
