@@ -8,7 +8,7 @@
 //! One cycle (repeats every 2 minutes, times from its start):
 //! - `prod-cp-0`: held by its own running runner pod (own_live);
 //! - `prod-md-0`: its runner pod fails at 10 s (own_stale), the next Job
-//!   force-unlocks it at 45 s (released);
+//!   force-unlocks it at 45 s (released, a ForceUnlocked Event counted);
 //! - `prod-md-1`: a workstation lock, 20 s old at start, outlives the
 //!   inherited 30 s lockTimeoutSeconds at 10 s (foreign, overdue), released at 90 s;
 //! - `prod-pool`: a malformed lock-info (unknown);
@@ -27,7 +27,9 @@ use crate::core::kind::Kind;
 use crate::core::lockinfo::parse_lock_info;
 use crate::core::suffix::{lock_lease_name, state_suffix};
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
-use crate::index::{CapiCluster, Change, Entry, LockLease, PodRead, PodState, Resource, TfObject};
+use crate::index::{
+    CapiCluster, Change, Entry, ForceUnlockEvent, LockLease, PodRead, PodState, Resource, TfObject,
+};
 use crate::runtime::{Ingest, Shared};
 
 const NS: &str = "demo";
@@ -150,6 +152,21 @@ fn pod_gone(name: &str, sim: &Sim) -> Change {
     }
 }
 
+fn force_unlocked(event_name: &str, kind: Kind, name: &str, occurrences: u64) -> Change {
+    let now = crate::index::entries_unix_now();
+    let ev = ForceUnlockEvent {
+        namespace: NS.into(),
+        kind: kind.as_str().into(),
+        name: name.into(),
+        occurrences,
+        last_seen: Some(now),
+    };
+    Change {
+        key: (NS.into(), event_name.into()),
+        entry: Some(Entry::ForceUnlock(ev)),
+    }
+}
+
 struct Feeds {
     by_resource: HashMap<Resource, Ingest>,
 }
@@ -185,11 +202,25 @@ pub async fn run(shared: Arc<Shared>, sim: Arc<Sim>) {
     for r in watched {
         shared.health.register(r, "");
     }
+    shared.health.register(Resource::Events, "");
     let mut feeds = Feeds {
         by_resource: HashMap::new(),
     };
+    // An Event from before the start: sets the last-seen time, not counted.
+    feeds.list(
+        &shared,
+        Resource::Events,
+        vec![force_unlocked(
+            "prod-cp-0.old",
+            Kind::TerraformMachine,
+            "prod-cp-0",
+            2,
+        )],
+    );
+    let mut n = 0u64;
     loop {
-        cycle(&shared, &sim, &mut feeds).await;
+        n += 1;
+        cycle(&shared, &sim, &mut feeds, n).await;
     }
 }
 
@@ -197,7 +228,7 @@ async fn at(start: tokio::time::Instant, secs: u64) {
     tokio::time::sleep_until(start + Duration::from_secs(secs)).await;
 }
 
-async fn cycle(shared: &Shared, sim: &Sim, feeds: &mut Feeds) {
+async fn cycle(shared: &Shared, sim: &Sim, feeds: &mut Feeds, n: u64) {
     let start = tokio::time::Instant::now();
     let (m, mp, c) = (
         Kind::TerraformMachine,
@@ -312,6 +343,12 @@ async fn cycle(shared: &Shared, sim: &Sim, feeds: &mut Feeds) {
         shared,
         Resource::Leases,
         Event::Apply(lease(m, "prod-md-0", None)),
+    );
+    let event_name = format!("prod-md-0.{n}");
+    feeds.send(
+        shared,
+        Resource::Events,
+        Event::Apply(force_unlocked(&event_name, m, "prod-md-0", 1)),
     );
     feeds.send(
         shared,

@@ -65,6 +65,10 @@ async fn run(cli: Cli) -> Result<(), String> {
             PodSource::Demo(sim)
         }
     };
+    tokio::spawn(captf_lock_exporter::runtime::watch_overdue(
+        shared.clone(),
+        std::time::Duration::from_secs(1),
+    ));
     tokio::spawn(verify::run(
         shared.clone(),
         source,

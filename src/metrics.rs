@@ -4,6 +4,7 @@
 //! resources, reasons and results are fixed enums, and every value taken
 //! from lock-info is capped when it enters the index.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -15,7 +16,7 @@ use prometheus_client::registry::Registry;
 
 use crate::core::classify::{is_overdue, HolderClass};
 use crate::health::{ErrorReason, ReadResult};
-use crate::index::Resource;
+use crate::index::{ForceUnlocks, Resource};
 use crate::runtime::Shared;
 
 /// Content type of the OpenMetrics text format.
@@ -91,6 +92,21 @@ struct LockRow {
     overdue: bool,
 }
 
+/// One force-unlock counter, as rendered.
+struct FuRow {
+    ns: String,
+    kind: String,
+    name: String,
+    fu: ForceUnlocks,
+}
+
+struct Snapshot {
+    locks: Vec<LockRow>,
+    objects: Vec<ObjectRow>,
+    force_unlocks: Vec<FuRow>,
+    per_class: [(HolderClass, u64); 5],
+}
+
 /// One object, as rendered.
 struct ObjectRow {
     ns: String,
@@ -147,7 +163,12 @@ fn object_labels(r: &ObjectRow) -> Vec<(&str, &str)> {
 impl Collector for LockCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let now = SystemTime::now();
-        let (locks, objects, per_class) = self.snapshot(now);
+        let Snapshot {
+            locks,
+            objects,
+            force_unlocks,
+            per_class,
+        } = self.snapshot(now);
 
         let held: Vec<&LockRow> = locks.iter().collect();
 
@@ -301,7 +322,7 @@ impl Collector for LockCollector {
 
 impl LockCollector {
     /// Copies what the scrape needs under one short read lock.
-    fn snapshot(&self, now: SystemTime) -> (Vec<LockRow>, Vec<ObjectRow>, [(HolderClass, u64); 5]) {
+    fn snapshot(&self, now: SystemTime) -> Snapshot {
         let ix = match self.shared.index.read() {
             Ok(ix) => ix,
             Err(poisoned) => poisoned.into_inner(),
@@ -348,11 +369,41 @@ impl LockCollector {
             });
         });
         let per_class = ix.held_per_class();
+        let mut force_unlocks: Vec<FuRow> = objects
+            .iter()
+            .map(|o| FuRow {
+                ns: o.ns.clone(),
+                kind: o.kind.to_string(),
+                name: o.name.clone(),
+                fu: ix.force_unlocks_of(&o.ns, o.kind, &o.name),
+            })
+            .collect();
+        let known: HashSet<(&str, &str, &str)> = objects
+            .iter()
+            .map(|o| (o.ns.as_str(), o.kind, o.name.as_str()))
+            .collect();
+        ix.for_each_force_unlock(|ns, kind, name, fu| {
+            if !known.contains(&(ns, kind, name)) {
+                force_unlocks.push(FuRow {
+                    ns: ns.to_string(),
+                    kind: kind.to_string(),
+                    name: name.to_string(),
+                    fu,
+                });
+            }
+        });
+        drop(known);
         drop(ix);
+        force_unlocks.sort_by(|a, b| (&a.ns, &a.kind, &a.name).cmp(&(&b.ns, &b.kind, &b.name)));
         // Stable output order helps diffing and humans; cheap next to I/O.
         locks.sort_by(|a, b| (&a.ns, a.kind, &a.name).cmp(&(&b.ns, b.kind, &b.name)));
         objects.sort_by(|a, b| (&a.ns, a.kind, &a.name).cmp(&(&b.ns, b.kind, &b.name)));
-        (locks, objects, per_class)
+        Snapshot {
+            locks,
+            objects,
+            force_unlocks,
+            per_class,
+        }
     }
 }
 

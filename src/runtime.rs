@@ -130,3 +130,30 @@ impl Ingest {
         }
     }
 }
+
+/// Logs one warning per lock when a foreign or unknown lock outlives its
+/// effective lockTimeoutSeconds (checked every `every`, not per scrape).
+pub async fn watch_overdue(shared: std::sync::Arc<Shared>, every: std::time::Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let overdue = match shared.index.write() {
+            Ok(mut ix) => ix.newly_overdue(SystemTime::now()),
+            Err(p) => p.into_inner().newly_overdue(SystemTime::now()),
+        };
+        for o in overdue {
+            tracing::warn!(
+                namespace = %o.namespace,
+                kind = o.kind,
+                name = %o.name,
+                class = o.class.as_str(),
+                holder = %o.holder.escape_debug(),
+                operation = %o.operation.escape_debug(),
+                age_seconds = o.age_seconds.round(),
+                timeout_seconds = o.timeout_seconds,
+                "state lock held by a foreign or unknown holder is overdue: every Job of this object now waits lockTimeoutSeconds and fails until a person releases it"
+            );
+        }
+    }
+}

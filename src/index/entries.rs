@@ -59,6 +59,8 @@ pub struct LockLease {
     pub first_seen_held: Option<SystemTime>,
     /// Holder class while held, kept by the index.
     pub class: Option<HolderClass>,
+    /// The overdue warning for this lock ID was logged.
+    pub overdue_logged: bool,
 }
 
 impl LockLease {
@@ -85,6 +87,7 @@ impl LockLease {
             info_error,
             first_seen_held: None,
             class: None,
+            overdue_logged: false,
         }
     }
 
@@ -218,4 +221,28 @@ pub struct CapiCluster {
 pub struct PodState {
     /// Phase Succeeded or Failed. A terminating pod is not finished.
     pub finished: bool,
+}
+
+/// A ForceUnlocked Event, trimmed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForceUnlockEvent {
+    /// Namespace of the regarding object.
+    pub namespace: String,
+    /// Kind of the regarding object.
+    pub kind: String,
+    /// Name of the regarding object.
+    pub name: String,
+    /// Occurrences: `series.count` when the Event has a series, else 1.
+    pub occurrences: u64,
+    /// When it last happened (Unix seconds), when the Event says.
+    pub last_seen: Option<f64>,
+}
+
+/// Force-unlock counter of one object.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ForceUnlocks {
+    /// Force-unlocks counted since this exporter started.
+    pub total: u64,
+    /// When a ForceUnlocked Event was last seen (Unix seconds).
+    pub last_seen: Option<f64>,
 }

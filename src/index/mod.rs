@@ -12,13 +12,22 @@
 mod entries;
 mod resource;
 
-pub use entries::{CapiCluster, LockLease, PodState, TerraformCluster, TfObject};
+pub use entries::unix_seconds;
+pub use entries::{
+    AgeSource, CapiCluster, ForceUnlockEvent, ForceUnlocks, LockLease, PodState, TerraformCluster,
+    TfObject,
+};
 pub use resource::Resource;
+
+/// Now as Unix seconds.
+pub fn entries_unix_now() -> f64 {
+    unix_seconds(SystemTime::now())
+}
 
 use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
 
-use crate::core::classify::{classify, holder_of, Holder, HolderClass, PodEvidence};
+use crate::core::classify::{classify, holder_of, is_overdue, Holder, HolderClass, PodEvidence};
 use crate::core::kind::Kind;
 use crate::core::suffix::state_suffix;
 use crate::core::timeouts::{
@@ -39,6 +48,8 @@ pub enum Entry {
     Capi(CapiCluster),
     /// A runner pod.
     Pod(PodState),
+    /// A ForceUnlocked Event from the CAPTF controller.
+    ForceUnlock(ForceUnlockEvent),
 }
 
 /// One change from a watch, already trimmed. `entry: None` removes the key
@@ -112,6 +123,13 @@ pub struct Index {
     confirmed: HashMap<NsName, PodRead>,
     /// Locks per holder pod (namespace, host), for pod-driven reclassification.
     locks_by_holder: HashMap<NsName, HashSet<LockKey>>,
+    /// Occurrences counted so far per ForceUnlocked Event (namespace, name).
+    force_unlock_events: HashMap<NsName, ForceUnlockEvent>,
+    /// Event watch scopes whose first list is done: Events listed before
+    /// that are history, not new force-unlocks.
+    events_baselined: HashSet<String>,
+    /// Force-unlock counters per (namespace, regarding kind, regarding name).
+    force_unlocks: HashMap<(String, String, String), ForceUnlocks>,
 }
 
 impl Index {
@@ -130,7 +148,7 @@ impl Index {
             Resource::TerraformClusters
             | Resource::TerraformMachines
             | Resource::TerraformMachinePools => self.apply_object(resource, change, now, &mut fx),
-            Resource::Events => {}
+            Resource::Events => self.apply_event(change, true),
         }
         fx
     }
@@ -156,6 +174,18 @@ impl Index {
             .into_iter()
             .filter(|k| in_scope(&k.0) && !listed.contains(k))
             .collect();
+        if resource == Resource::Events {
+            let scope = namespace.unwrap_or("").to_string();
+            let counting = self.events_baselined.contains(&scope);
+            for key in stale {
+                self.force_unlock_events.remove(&key);
+            }
+            for change in changes {
+                self.apply_event(change, counting);
+            }
+            self.events_baselined.insert(scope);
+            return Effects::default();
+        }
         let mut fx = Effects::default();
         for key in stale {
             let more = self.apply(resource, Change { key, entry: None }, now);
@@ -220,7 +250,50 @@ impl Index {
                     .map(|(ns, name, _)| (ns.clone(), name.clone()))
                     .collect()
             }
-            Resource::Events => Vec::new(),
+            Resource::Events => self.force_unlock_events.keys().cloned().collect(),
+        }
+    }
+
+    /// Counts a ForceUnlocked Event: a new Event once per occurrence, a known
+    /// one by the increase of its series count. With `counting` false (the
+    /// first list) it only records the Event and its time.
+    fn apply_event(&mut self, change: Change, counting: bool) {
+        let Some(Entry::ForceUnlock(ev)) = change.entry else {
+            self.force_unlock_events.remove(&change.key);
+            return;
+        };
+        let before = self
+            .force_unlock_events
+            .get(&change.key)
+            .map(|e| e.occurrences);
+        let new = match before {
+            Some(b) => ev.occurrences.saturating_sub(b),
+            None if counting => ev.occurrences,
+            None => 0,
+        };
+        let key = (ev.namespace.clone(), ev.kind.clone(), ev.name.clone());
+        let counter = self.force_unlocks.entry(key).or_default();
+        counter.total += new;
+        if let Some(t) = ev.last_seen {
+            counter.last_seen = Some(counter.last_seen.map_or(t, |c: f64| c.max(t)));
+        }
+        let occurrences = before.map_or(ev.occurrences, |b| b.max(ev.occurrences));
+        self.force_unlock_events
+            .insert(change.key, ForceUnlockEvent { occurrences, ..ev });
+    }
+
+    /// The force-unlock counter of an object (zero when none was seen).
+    pub fn force_unlocks_of(&self, namespace: &str, kind: &str, name: &str) -> ForceUnlocks {
+        self.force_unlocks
+            .get(&(namespace.to_string(), kind.to_string(), name.to_string()))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Calls `f` for every force-unlock counter, known object or not.
+    pub fn for_each_force_unlock(&self, mut f: impl FnMut(&str, &str, &str, ForceUnlocks)) {
+        for ((ns, kind, name), c) in &self.force_unlocks {
+            f(ns, kind, name, *c);
         }
     }
 
@@ -246,13 +319,13 @@ impl Index {
         };
         // Keep the observed start of a lock across updates and relists of
         // the same lock, so an "observed" age does not restart.
+        let same_lock = matches!(&old, Some(o) if o.is_held() && lease.is_held() && o.lock_id() == lease.lock_id());
         lease.first_seen_held = match &old {
-            Some(o) if o.is_held() && lease.is_held() && o.lock_id() == lease.lock_id() => {
-                o.first_seen_held
-            }
+            Some(o) if same_lock => o.first_seen_held,
             _ if lease.is_held() => Some(now),
             _ => None,
         };
+        lease.overdue_logged = same_lock && old.as_ref().is_some_and(|o| o.overdue_logged);
         lease.class = None;
         self.locks.insert(key.clone(), lease);
         self.link_holder(&key);
@@ -550,6 +623,43 @@ impl Index {
         }
     }
 
+    /// Foreign or unknown locks that became older than their effective
+    /// lockTimeoutSeconds since the last call; each lock ID is returned once.
+    pub fn newly_overdue(&mut self, now: SystemTime) -> Vec<Overdue> {
+        let mut found = Vec::new();
+        self.for_each_lock(|v| {
+            let (Some(class), Some((age, _))) = (v.lease.class, v.lease.age(now)) else {
+                return;
+            };
+            if !v.lease.overdue_logged && is_overdue(class, age, v.effective.lock_timeout_seconds) {
+                found.push((
+                    (v.namespace.to_string(), v.lease.suffix.clone()),
+                    Overdue {
+                        namespace: v.namespace.to_string(),
+                        kind: v.kind,
+                        name: v.name.to_string(),
+                        class,
+                        holder: v.lease.holder_label().to_string(),
+                        operation: v
+                            .lease
+                            .info
+                            .as_ref()
+                            .map(|i| i.operation.clone())
+                            .unwrap_or_default(),
+                        age_seconds: age,
+                        timeout_seconds: v.effective.lock_timeout_seconds,
+                    },
+                ));
+            }
+        });
+        for (key, _) in &found {
+            if let Some(l) = self.locks.get_mut(key) {
+                l.overdue_logged = true;
+            }
+        }
+        found.into_iter().map(|(_, o)| o).collect()
+    }
+
     /// Number of held locks per class.
     pub fn held_per_class(&self) -> [(HolderClass, u64); 5] {
         let mut out = HolderClass::ALL.map(|c| (c, 0u64));
@@ -567,6 +677,27 @@ impl Index {
     pub fn sizes(&self) -> (usize, usize, usize) {
         (self.locks.len(), self.objects.len(), self.pods.len())
     }
+}
+
+/// A lock that just became overdue, for the warning log line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Overdue {
+    /// Namespace.
+    pub namespace: String,
+    /// Kind of its object.
+    pub kind: &'static str,
+    /// Name of its object.
+    pub name: String,
+    /// foreign or unknown.
+    pub class: HolderClass,
+    /// Who, capped.
+    pub holder: String,
+    /// lock-info Operation.
+    pub operation: String,
+    /// Age in seconds.
+    pub age_seconds: f64,
+    /// Effective lockTimeoutSeconds.
+    pub timeout_seconds: i64,
 }
 
 /// A lock Lease as `/metrics` renders it.

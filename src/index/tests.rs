@@ -473,3 +473,128 @@ fn timeouts_inherit_through_the_capi_cluster() {
         Some(30)
     );
 }
+
+fn fu_event(name: &str, object: &str, occurrences: u64, at: f64) -> Change {
+    let ev = ForceUnlockEvent {
+        namespace: NS.into(),
+        kind: "TerraformMachine".into(),
+        name: object.into(),
+        occurrences,
+        last_seen: Some(at),
+    };
+    Change {
+        key: (NS.into(), name.into()),
+        entry: Some(Entry::ForceUnlock(ev)),
+    }
+}
+
+#[test]
+fn force_unlocks_count_each_event_and_series_increase_once() {
+    let mut ix = Index::new();
+    let total = |ix: &Index, o: &str| ix.force_unlocks_of(NS, "TerraformMachine", o).total;
+    // The first list is history: not counted, but it sets the time.
+    ix.resync(
+        Resource::Events,
+        None,
+        vec![fu_event("old", "web", 3, 100.0)],
+        t0(),
+    );
+    assert_eq!(total(&ix, "web"), 0);
+    assert_eq!(
+        ix.force_unlocks_of(NS, "TerraformMachine", "web").last_seen,
+        Some(100.0)
+    );
+    // A repeat of the old Event counts the increase only.
+    ix.apply(Resource::Events, fu_event("old", "web", 4, 200.0), t0());
+    assert_eq!(total(&ix, "web"), 1);
+    // Two new Events about two objects, one of them unknown to the index.
+    ix.apply(Resource::Events, fu_event("e1", "web", 1, 300.0), t0());
+    ix.apply(Resource::Events, fu_event("e2", "ghost", 1, 300.0), t0());
+    assert_eq!(total(&ix, "web"), 2);
+    assert_eq!(total(&ix, "ghost"), 1);
+    // A relist re-sends everything: nothing is counted twice; a series that
+    // grew while the watch was down counts its increase; a new Event counts.
+    ix.resync(
+        Resource::Events,
+        None,
+        vec![
+            fu_event("old", "web", 4, 200.0),
+            fu_event("e1", "web", 2, 400.0),
+            fu_event("e3", "web", 1, 500.0),
+        ],
+        t0(),
+    );
+    assert_eq!(total(&ix, "web"), 4);
+    assert_eq!(total(&ix, "ghost"), 1, "a deleted Event does not uncount");
+    assert_eq!(
+        ix.force_unlocks_of(NS, "TerraformMachine", "web").last_seen,
+        Some(500.0)
+    );
+    // An update that does not raise the count (or lowers it) adds nothing.
+    ix.apply(Resource::Events, fu_event("e1", "web", 2, 400.0), t0());
+    assert_eq!(total(&ix, "web"), 4);
+}
+
+#[test]
+fn overdue_is_reported_once_per_lock() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    ix.apply(
+        Resource::TerraformMachines,
+        object(
+            m,
+            "a",
+            None,
+            Some(JobsPolicy {
+                lock_timeout_seconds: Some(60),
+                active_deadline_seconds: None,
+            }),
+            None,
+        ),
+        t0(),
+    );
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "a", Some(info("alice@laptop"))),
+        t0(),
+    );
+    assert!(ix.newly_overdue(t0() + Duration::from_secs(59)).is_empty());
+    let o = ix.newly_overdue(t0() + Duration::from_secs(61));
+    assert_eq!(o.len(), 1);
+    assert_eq!(
+        (
+            o[0].name.as_str(),
+            o[0].timeout_seconds,
+            o[0].holder.as_str()
+        ),
+        ("a", 60, "alice@laptop")
+    );
+    assert!(
+        ix.newly_overdue(t0() + Duration::from_secs(62)).is_empty(),
+        "once, not per check"
+    );
+    // An own live lock never is.
+    ix.apply(Resource::Pods, pod(WEB_POD, false), t0());
+    ix.apply(
+        Resource::TerraformMachines,
+        object(
+            m,
+            "web",
+            None,
+            Some(JobsPolicy {
+                lock_timeout_seconds: Some(0),
+                active_deadline_seconds: None,
+            }),
+            None,
+        ),
+        t0(),
+    );
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
+        t0(),
+    );
+    assert!(ix
+        .newly_overdue(t0() + Duration::from_secs(1000))
+        .is_empty());
+}

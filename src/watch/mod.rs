@@ -98,6 +98,22 @@ where
     false
 }
 
+/// Like [`drive`], but returns true when the API server rejects the field
+/// selector (400 before the first sync) so the caller can retry without it.
+async fn drive_events<S>(shared: &Shared, ingest: Ingest, stream: S, with_selector: bool) -> bool
+where
+    S: Stream<Item = Result<watcher::Event<Change>, watcher::Error>>,
+{
+    let resource = Resource::Events;
+    let stream = stream.take_while(|item| {
+        let bad_selector = with_selector
+            && matches!(item, Err(watcher::Error::InitialListFailed(kube::Error::Api(s))) if s.code == 400);
+        futures::future::ready(!bad_selector)
+    });
+    drive(shared, ingest, resource, stream, false).await;
+    with_selector
+}
+
 fn api_for<K>(client: &Client, ns: Option<&str>, ar: &ApiResource) -> Api<K>
 where
     K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
@@ -239,7 +255,28 @@ async fn watch_resource(
                 // Neither version is served: CAPI is not installed (yet).
                 tokio::time::sleep(Duration::from_secs(30)).await;
             }
-            Resource::Events => return,
+            Resource::Events => {
+                // Filter server side where the API server supports the field
+                // selector; a 400 for it falls back to client-side filtering.
+                let mut selector = Some(trim::EVENT_FIELD_SELECTOR);
+                loop {
+                    let api: Api<DynamicObject> =
+                        typed_api(&client, ns, "events.k8s.io", "v1", "Event", "events");
+                    let mut cfg = watcher::Config::default();
+                    if let Some(sel) = selector {
+                        cfg = cfg.fields(sel);
+                    }
+                    let stream = trimmed(api, cfg, trim::force_unlock_event);
+                    let ingest = Ingest::new(resource, scope.clone());
+                    let rejected = drive_events(&shared, ingest, stream, selector.is_some()).await;
+                    if rejected {
+                        tracing::info!("the API server rejects the Event field selector; filtering Events client side");
+                        selector = None;
+                        continue;
+                    }
+                    break;
+                }
+            }
         }
         // A watch stream only ends on shutdown; if it ever does, restart it.
         tokio::time::sleep(Duration::from_secs(1)).await;

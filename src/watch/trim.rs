@@ -14,7 +14,7 @@ use crate::core::kind::Kind;
 use crate::core::lockinfo::parse_lock_info;
 use crate::core::suffix::suffix_of_lock_lease;
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
-use crate::index::{CapiCluster, Change, Entry, LockLease, PodState, TfObject};
+use crate::index::{CapiCluster, Change, Entry, ForceUnlockEvent, LockLease, PodState, TfObject};
 
 /// Label every backend-created lock Lease carries.
 pub const TFSTATE_LABEL: &str = "tfstate";
@@ -182,4 +182,66 @@ pub fn capi_cluster(obj: &DynamicObject) -> Change {
         key,
         entry: Some(Entry::Capi(CapiCluster { infra_ref })),
     }
+}
+
+/// Reason of the controller's force-unlock Events.
+pub const FORCE_UNLOCKED_REASON: &str = "ForceUnlocked";
+/// reportingController of CAPTF's Events.
+pub const CAPTF_CONTROLLER: &str = "captf-manager";
+/// Server-side field selector for those Events, where supported.
+pub const EVENT_FIELD_SELECTOR: &str = "reason=ForceUnlocked";
+
+fn rfc3339_seconds(v: Option<&Value>) -> Option<f64> {
+    let s = v?.as_str()?;
+    let t = chrono::DateTime::parse_from_rfc3339(s).ok()?;
+    Some(t.timestamp() as f64 + f64::from(t.timestamp_subsec_nanos()) / 1e9)
+}
+
+/// An events.k8s.io/v1 Event as a change: an entry for CAPTF's
+/// ForceUnlocked Events, else a removal (filtered client side as well).
+pub fn force_unlock_event(obj: &DynamicObject) -> Change {
+    let key = key_of(&obj.metadata);
+    let d = &obj.data;
+    let text = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or_default();
+    let ours =
+        text("reason") == FORCE_UNLOCKED_REASON && text("reportingController") == CAPTF_CONTROLLER;
+    let regarding = d.get("regarding");
+    let reg = |k: &str| {
+        regarding
+            .and_then(|r| r.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let entry = ours.then(|| {
+        let series = d.get("series");
+        let occurrences = series
+            .and_then(|s| s.get("count"))
+            .and_then(Value::as_u64)
+            .unwrap_or(1)
+            .max(1);
+        let last_seen = rfc3339_seconds(series.and_then(|s| s.get("lastObservedTime")))
+            .or_else(|| rfc3339_seconds(d.get("eventTime")))
+            .or_else(|| rfc3339_seconds(d.get("deprecatedLastTimestamp")))
+            .or_else(|| {
+                rfc3339_seconds(
+                    obj.metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| serde_json::json!(t.0.to_string()))
+                        .as_ref(),
+                )
+            });
+        let namespace = Some(reg("namespace"))
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| key.0.clone());
+        Entry::ForceUnlock(ForceUnlockEvent {
+            namespace,
+            kind: reg("kind"),
+            name: reg("name"),
+            occurrences,
+            last_seen,
+        })
+    });
+    Change { key, entry }
 }

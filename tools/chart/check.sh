@@ -20,16 +20,22 @@ if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
   python3 -m venv "$venv"
 fi
-log "pip install -r tools/chart/requirements.txt"
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+# pip install, skipped when the venv already holds this requirements.txt.
+req_stamp="$venv/.requirements-sha256"
+req_sum="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
+if [ ! -f "$req_stamp" ] || [ "$(cat "$req_stamp")" != "$req_sum" ]; then
+  log "pip install -r tools/chart/requirements.txt"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+  echo "$req_sum" > "$req_stamp"
+fi
 
 # Node tools: npm ci, skipped when node_modules already matches the lock file.
-stamp="$here/node_modules/.lock-sha256"
-want="$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+npm_stamp="$here/node_modules/.package-lock-sha256"
+npm_sum="$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)"
+if [ ! -f "$npm_stamp" ] || [ "$(cat "$npm_stamp")" != "$npm_sum" ]; then
   log "npm ci (tools/chart)"
   (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
-  echo "$want" > "$stamp"
+  echo "$npm_sum" > "$npm_stamp"
 fi
 
 # promtool.

@@ -35,6 +35,7 @@ import argparse
 import json
 import pathlib
 import re
+import signal
 import sys
 import urllib.parse
 import urllib.request
@@ -160,6 +161,7 @@ def dashboard_queries(path, args):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `queries.py | head` is fine
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="*", help="dashboard JSON files (default: every dashboards/*.json)")
     ap.add_argument("--rate-interval", default="5m")
