@@ -152,6 +152,14 @@ fn lock_labels(r: &LockRow) -> Vec<(&str, &str)> {
     ]
 }
 
+fn fu_labels(r: &FuRow) -> Vec<(&str, &str)> {
+    vec![
+        ("namespace", r.ns.as_str()),
+        ("kind", r.kind.as_str()),
+        ("name", r.name.as_str()),
+    ]
+}
+
 fn object_labels(r: &ObjectRow) -> Vec<(&str, &str)> {
     vec![
         ("namespace", r.ns.as_str()),
@@ -238,19 +246,21 @@ impl Collector for LockCollector {
                 .iter()
                 .map(|r| (object_labels(r), r.deadline as f64)),
         )?;
-        // Force-unlock counting (issue: force-unlocks) fills these; until
-        // then every known object's counter exists at 0.
+        // Every known object has a counter from the start (at 0), so the
+        // first force-unlock is an increase Prometheus can see.
         counter(
             &mut enc,
             "captf_state_lock_force_unlocks",
-            "Force-unlocks of the object's state lock seen as ForceUnlocked Events.",
-            objects.iter().map(|r| (object_labels(r), 0u64)),
+            "Force-unlocks of the object's state lock, counted from ForceUnlocked Events since this exporter started.",
+            force_unlocks.iter().map(|r| (fu_labels(r), r.fu.total)),
         )?;
         gauge(
             &mut enc,
             "captf_state_lock_last_force_unlock_timestamp_seconds",
-            "When a ForceUnlocked Event about the object was last seen.",
-            std::iter::empty(),
+            "When a ForceUnlocked Event about the object was last seen (Unix time).",
+            force_unlocks
+                .iter()
+                .filter_map(|r| r.fu.last_seen.map(|t| (fu_labels(r), t))),
         )?;
 
         gauge(

@@ -62,6 +62,8 @@ fn status(code: u16, reason: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": reason, "reason": reason, "code": code})
 }
 
+type FrameSender = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
+
 /// How the scripted server answers one request.
 enum Reply {
     Json(u16, Value),
@@ -78,7 +80,7 @@ struct FakeApi {
     calls: Arc<Mutex<HashMap<(String, bool), usize>>>,
     log: Arc<Mutex<Vec<(Method, String)>>>,
     // Keeps hanging watch streams open until the test ends.
-    open: Arc<Mutex<Vec<mpsc::Sender<Result<Frame<Bytes>, Infallible>>>>>,
+    open: Arc<Mutex<Vec<FrameSender>>>,
 }
 
 impl FakeApi {
@@ -451,6 +453,104 @@ async fn server_errors_and_garbage_do_not_stop_the_exporter() {
         .unwrap_or(0.0)
             >= 1.0,
         "{text}"
+    );
+    api.assert_only_get();
+}
+
+const EVENTS: &str = "/apis/events.k8s.io/v1/events";
+
+fn force_unlocked(name: &str, object: &str, count: Option<u64>, rv: u32) -> Value {
+    let mut ev = json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": rv.to_string()},
+        "type": "Warning", "reason": "ForceUnlocked", "action": "Run", "reportingController": "captf-manager",
+        "reportingInstance": "captf-manager-abc",
+        "eventTime": "2026-11-29T10:00:00.000000Z",
+        "regarding": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine", "namespace": NS, "name": object},
+        "related": {"apiVersion": "batch/v1", "kind": "Job", "namespace": NS, "name": "captf-m-web-apply-a2-abc123"},
+        "note": "Job captf-m-web-apply-a2-abc123 force-unlocks a stale state lock whose holder pod no longer exists",
+    });
+    if let Some(c) = count {
+        ev["series"] = json!({"count": c, "lastObservedTime": "2026-11-29T11:00:00.000000Z"});
+    }
+    ev
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlocks_are_counted_once_and_the_field_selector_falls_back() {
+    let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
+        (MACHINES, false, _) => {
+            Reply::Json(200, list(vec![machine("web", 3), machine("db", 4)], 5))
+        }
+        (MACHINES, true, _) => Reply::Watch(vec![], true),
+        // An API server that does not know the field selector answers 400.
+        (EVENTS, false, 1) => Reply::Json(400, status(400, "BadRequest")),
+        // The first list (history): counts nothing, sets the time.
+        (EVENTS, false, 2) => {
+            Reply::Json(200, list(vec![force_unlocked("old", "web", Some(3), 1)], 5))
+        }
+        (EVENTS, true, 1) => Reply::Watch(
+            vec![
+                json!({"type": "ADDED", "object": force_unlocked("e1", "db", None, 6)}),
+                json!({"type": "MODIFIED", "object": force_unlocked("old", "web", Some(4), 7)}),
+                // Someone else's Event with the same reason is not ours.
+                json!({"type": "ADDED", "object": {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                    "metadata": {"name": "x", "namespace": NS, "resourceVersion": "8"}, "reason": "ForceUnlocked",
+                    "reportingController": "someone-else", "regarding": {"kind": "TerraformMachine", "name": "db"}}}),
+                json!({"type": "ERROR", "object": status(410, "Expired")}),
+            ],
+            false,
+        ),
+        // The relist re-sends everything; only the new Event e2 counts.
+        (EVENTS, false, _) => Reply::Json(
+            200,
+            list(
+                vec![
+                    force_unlocked("old", "web", Some(4), 7),
+                    force_unlocked("e1", "db", None, 6),
+                    force_unlocked("e2", "ghost", None, 9),
+                ],
+                10,
+            ),
+        ),
+        (EVENTS, true, _) => Reply::Watch(vec![], true),
+        _ => not_served(),
+    });
+    let shared = start(&api);
+    let fu = |name: &str| {
+        format!("captf_state_lock_force_unlocks_total{{namespace=\"{NS}\",kind=\"TerraformMachine\",name=\"{name}\"}}")
+    };
+    let text = wait_for(&shared, "counters after relist", 15, |t| {
+        value(t, &fu("ghost")) == Some(1.0)
+    })
+    .await;
+    assert_eq!(
+        value(&text, &fu("web")),
+        Some(1.0),
+        "series 3 -> 4 is one force-unlock:\n{text}"
+    );
+    assert_eq!(
+        value(&text, &fu("db")),
+        Some(1.0),
+        "a new Event counts once, also after a relist:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("captf_state_lock_last_force_unlock_timestamp_seconds{{namespace=\"{NS}\",kind=\"TerraformMachine\",name=\"web\"}} 1795950000.0")),
+        "last seen is series.lastObservedTime (2026-11-29T11:00:00Z = 1795950000):\n{text}"
+    );
+    let log = api.log.lock().unwrap().clone();
+    let event_lists: Vec<&String> = log
+        .iter()
+        .filter(|(_, p)| p.starts_with(EVENTS))
+        .map(|(_, p)| p)
+        .collect();
+    assert!(
+        event_lists[0].contains("fieldSelector=reason%3DForceUnlocked"),
+        "{event_lists:?}"
+    );
+    assert!(
+        !event_lists[1].contains("fieldSelector"),
+        "falls back after a 400: {event_lists:?}"
     );
     api.assert_only_get();
 }

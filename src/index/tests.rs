@@ -439,7 +439,7 @@ fn timeouts_inherit_through_the_capi_cluster() {
             c,
             "tc-b",
             Some("prod"),
-            None,
+            tc_policies(Some(91), Some(31)).jobs,
             Some(tc_policies(Some(91), Some(31))),
         ),
         t0(),
@@ -456,8 +456,17 @@ fn timeouts_inherit_through_the_capi_cluster() {
     );
     ix.apply(Resource::Clusters, capi("prod", "tc-b"), t0());
     let e = effective_of(&ix, m, "w").expect("known");
-    assert_eq!(e.lock_timeout_seconds, 31);
-    assert_eq!(e.active_deadline_seconds, 1800);
+    assert_eq!(e.lock_timeout_seconds, 31, "from tc-b's spec.defaults.jobs");
+    assert_eq!(
+        e.active_deadline_seconds, 3600,
+        "tc-b's own spec.jobs is not inherited"
+    );
+    let tc = effective_of(&ix, Kind::TerraformCluster, "tc-b").expect("known");
+    assert_eq!(
+        (tc.lock_timeout_seconds, tc.active_deadline_seconds),
+        (91, 1800),
+        "a cluster uses its own spec.jobs"
+    );
     // Without the Cluster, exactly one labelled TerraformCluster is used.
     ix.apply(Resource::Clusters, gone("prod"), t0());
     ix.apply(

@@ -174,6 +174,7 @@ pub fn spawn_all(client: Client, shared: Arc<Shared>, scopes: Vec<Option<String>
             Resource::TerraformMachines,
             Resource::TerraformMachinePools,
             Resource::Clusters,
+            Resource::Events,
         ] {
             shared
                 .health

@@ -630,11 +630,11 @@ class Metrics:
     samples: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
     text: str = ""
 
-    def all(self, name: str, **labels: str) -> list[tuple[dict[str, str], float]]:
+    def all(self, name: str, /, **labels: str) -> list[tuple[dict[str, str], float]]:
         return [(l, v) for (n, l, v) in self.samples
                 if n == name and all(l.get(k) == str(val) for k, val in labels.items())]
 
-    def get(self, name: str, **labels: str) -> float | None:
+    def get(self, name: str, /, **labels: str) -> float | None:
         """Value of the one sample matching name and (a subset of) labels; None if absent."""
         found = self.all(name, **labels)
         if not found:
@@ -643,7 +643,7 @@ class Metrics:
             raise AssertionError(f"{len(found)} samples of {name} match {labels}: {found}")
         return found[0][1]
 
-    def labels(self, name: str, **labels: str) -> dict[str, str] | None:
+    def labels(self, name: str, /, **labels: str) -> dict[str, str] | None:
         found = self.all(name, **labels)
         if len(found) > 1:
             raise AssertionError(f"{len(found)} samples of {name} match {labels}: {found}")
@@ -786,7 +786,7 @@ class Expect:
         return f"{self.name}{{{lbl}}} == {want}"
 
 
-def E(name: str, value: float | None, **labels: str) -> Expect:  # noqa: N802 - reads well in tests
+def E(name: str, value: float | None, /, **labels: str) -> Expect:  # noqa: N802 - reads well in tests
     return Expect(name, labels, value)
 
 

@@ -1,0 +1,555 @@
+"""End-to-end stack: real Prometheus 2.42 and Alertmanager 0.25 around the real exporter.
+
+Builds on the integration harness (tests/integration/harness.py, imported read-only):
+the kmock emulator, object builders, the ``Exporter`` wrapper and ``wait_for`` come from there.
+Added here:
+
+* ``ManagedProcess``  -- any binary as a subprocess, log to a file, stopped by PID
+                         (SIGTERM, wait with a timeout, SIGKILL, wait).
+* ``E2EExporter``     -- the harness ``Exporter`` with ``--log-level info`` (the harness runs debug;
+                         E2E_EXPORTER_LOG_LEVEL overrides it when debugging).
+* ``WebhookReceiver`` -- http.server in a thread recording Alertmanager's webhook payloads.
+* ``PromAPI``         -- the few Prometheus HTTP API calls the test needs.
+* ``derive_short_for_rules`` -- the test copy of the shipped rules with shorter ``for:``
+                         (programmatic, from the shipped file; everything but ``for`` proven equal).
+* ``Clock``           -- deadline-polled waits that print how long each one took.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import http.server
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import requests
+import yaml
+
+INTEGRATION_DIR = Path(__file__).resolve().parents[1] / "integration"
+if str(INTEGRATION_DIR) not in sys.path:
+    sys.path.insert(0, str(INTEGRATION_DIR))
+
+from harness import (  # noqa: E402  (read-only import of the integration harness)
+    Exporter,
+    ExporterDied,
+    WaitTimeout,
+    free_port,
+    wait_for,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED_RULES = REPO / "alerts" / "captf-lock-exporter.rules.yaml"
+QUERIES_PY = REPO / "tools" / "dashboards" / "queries.py"
+DASHBOARDS = REPO / "dashboards"
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------------
+
+
+class ProcessDied(ExporterDied):
+    """A process of the stack exited while the test waited on it (wait_for does not retry this)."""
+
+
+class ManagedProcess:
+    """A binary started by the test; stdout+stderr to ``log_path``; stopped by its PID."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self) -> "ManagedProcess":
+        self._log = open(self.log_path, "ab")
+        self._log.write(("$ " + " ".join(self.argv) + "\n").encode())
+        self._log.flush()
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        return self
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise ProcessDied(f"{self.name} (pid {self.proc.pid}) exited with code {self.proc.returncode}; "
+                              f"log {self.log_path}:\n{self.log_tail(40)}")
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        rc = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout)
+            rc = self.proc.returncode
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return rc
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, n: int) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+class E2EExporter(Exporter):
+    """The harness ``Exporter``, started with the flags of the brief (``--log-level info``)."""
+
+    def start(self) -> "E2EExporter":
+        if not os.access(self.binary, os.X_OK):
+            raise FileNotFoundError(f"exporter binary {self.binary} not found or not executable "
+                                    "(build it with `cargo build`, or set EXPORTER_BIN)")
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_"))
+               and k not in ("KUBECONFIG", "RUST_LOG")}
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env.setdefault("RUST_BACKTRACE", "1")
+        self.argv = [self.binary, "--kubeconfig", str(self.kubeconfig),
+                     "--listen-address", f"127.0.0.1:{self.port}",
+                     "--log-format", "json", "--log-level", os.environ.get("E2E_EXPORTER_LOG_LEVEL", "info"),
+                     *self.extra_args]
+        self._log = open(self.log_path, "ab")
+        self._log.write(("$ " + " ".join(self.argv) + "\n").encode())
+        self._log.flush()
+        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env)
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def json_logs(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_text().splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Webhook receiver
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Delivery:
+    mono: float           # time.monotonic() when the POST arrived
+    wall: float           # time.time() when the POST arrived
+    payload: dict[str, Any]
+
+
+@dataclass
+class DeliveredAlert:
+    delivery: Delivery
+    alert: dict[str, Any]  # one entry of payload["alerts"]
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.alert.get("labels", {})
+
+    @property
+    def status(self) -> str:
+        return self.alert.get("status", "")
+
+
+class WebhookReceiver:
+    """Records every JSON payload POSTed to it (Alertmanager's webhook_config)."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "WebhookReceiver":
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server API
+                mono, wall = time.monotonic(), time.time()
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    payload = json.loads(body)
+                except ValueError as e:
+                    with receiver._lock:
+                        receiver.errors.append(f"undecodable POST {self.path}: {e}: {body[:200]!r}")
+                    self.send_response(400)
+                    self.end_headers()
+                    return
+                with receiver._lock:
+                    receiver.deliveries.append(Delivery(mono, wall, payload))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}/alerts"
+
+    def alerts(self) -> list[DeliveredAlert]:
+        with self._lock:
+            return [DeliveredAlert(d, a) for d in self.deliveries for a in d.payload.get("alerts", [])]
+
+    def find(self, alertname: str, status: str, **labels: str) -> DeliveredAlert | None:
+        """The first delivered alert with that name, status and (subset of) labels."""
+        for a in self.alerts():
+            if (a.labels.get("alertname") == alertname and a.status == status
+                    and all(a.labels.get(k) == v for k, v in labels.items())):
+                return a
+        return None
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+# --------------------------------------------------------------------------------------------
+# Prometheus API
+# --------------------------------------------------------------------------------------------
+
+
+class PromAPI:
+    def __init__(self, base: str):
+        self.base = base
+        self.http = requests.Session()
+
+    def _get(self, path: str, **params: Any) -> Any:
+        r = self.http.get(f"{self.base}/api/v1/{path}", params=params, timeout=10)
+        body = r.json()
+        if body.get("status") != "success":
+            raise AssertionError(f"Prometheus {path} {params}: HTTP {r.status_code}: {body}")
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self._get("query", **params)
+        assert data["resultType"] == "vector", data
+        return data["result"]
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        data = self._get("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=step)
+        return data["result"]
+
+    def value(self, expr: str) -> float | None:
+        """The value of a query that returns at most one series (None when empty)."""
+        res = self.query(expr)
+        if not res:
+            return None
+        assert len(res) == 1, f"{expr} returned {len(res)} series: {res}"
+        return float(res[0]["value"][1])
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return self._get("alerts")["alerts"]
+
+    def rules(self) -> list[dict[str, Any]]:
+        return self._get("rules")["groups"]
+
+    def targets(self) -> list[dict[str, Any]]:
+        return self._get("targets")["activeTargets"]
+
+    def ready(self) -> bool:
+        return self.http.get(f"{self.base}/-/ready", timeout=2).status_code == 200
+
+    def close(self) -> None:
+        self.http.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Rules: the test copy with shorter `for`
+# --------------------------------------------------------------------------------------------
+
+DERIVED_GROUP_SUFFIX = "-e2e-short-for"
+
+
+def parse_duration(s: str) -> float:
+    """Prometheus duration (e.g. 1m, 15m, 1h30m, 10s) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    parts = re.findall(r"(\d+)(ms|s|m|h|d|w|y)", s)
+    if not parts or "".join(n + u for n, u in parts) != s:
+        raise ValueError(f"not a Prometheus duration: {s!r}")
+    return sum(int(n) * units[u] for n, u in parts)
+
+
+def derive_short_for_rules(shipped: Path, out: Path, shorten: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Write a rule file holding only the alerts in ``shorten``, copied from ``shipped`` with ``for``
+    replaced by the given shorter duration, in a group named ``<shipped group>-e2e-short-for``.
+
+    The copy is made from the parsed shipped file, never typed by hand, and re-read afterwards:
+    every key of every copied rule except ``for`` must equal the shipped one (same expr, labels,
+    annotations).  Returns {alert: (shipped for, test for)}.
+    """
+    doc = yaml.safe_load(shipped.read_text())
+    changed: dict[str, tuple[str, str]] = {}
+    groups = []
+    for g in doc["groups"]:
+        rules = []
+        for r in g["rules"]:
+            name = r.get("alert")
+            if name not in shorten:
+                continue
+            old = r.get("for")
+            if old is None or parse_duration(shorten[name]) >= parse_duration(old):
+                raise ValueError(f"{name}: test for {shorten[name]!r} does not shorten shipped for {old!r}")
+            new = copy.deepcopy(r)
+            new["for"] = shorten[name]
+            rules.append(new)
+            changed[name] = (old, shorten[name])
+        if rules:
+            grp = {k: copy.deepcopy(v) for k, v in g.items() if k != "rules"}
+            grp["name"] = g["name"] + DERIVED_GROUP_SUFFIX
+            grp["rules"] = rules
+            groups.append(grp)
+    missing = set(shorten) - set(changed)
+    if missing:
+        raise ValueError(f"alerts not in {shipped}: {sorted(missing)}")
+    header = (
+        f"# GENERATED by tests/e2e at run time from {shipped.name}: the alerts below are copied\n"
+        "# from the shipped file with only `for:` shortened, so that the end-to-end test can see\n"
+        "# them fire. Everything else (expr, labels, annotations) is the shipped text.\n"
+        + "".join(f"#   {a}: for {o} -> {n}\n" for a, (o, n) in changed.items())
+    )
+    out.write_text(header + yaml.safe_dump({"groups": groups}, sort_keys=False, width=10_000,
+                                           allow_unicode=True))
+    # Prove it: re-read both files, compare every copied rule key by key except `for`.
+    shipped_rules = {r["alert"]: r for g in yaml.safe_load(shipped.read_text())["groups"]
+                     for r in g["rules"] if "alert" in r}
+    for g in yaml.safe_load(out.read_text())["groups"]:
+        for r in g["rules"]:
+            orig = shipped_rules[r["alert"]]
+            a = {k: v for k, v in r.items() if k != "for"}
+            b = {k: v for k, v in orig.items() if k != "for"}
+            if a != b:
+                raise AssertionError(f"derived {r['alert']} differs from the shipped rule beyond `for`")
+            assert r["for"] == shorten[r["alert"]]
+    return changed
+
+
+# --------------------------------------------------------------------------------------------
+# Timed waits
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Clock:
+    """Deadline-polled waits, each printed with how long it took."""
+
+    t0: float = field(default_factory=time.monotonic)
+    waits: list[tuple[str, float]] = field(default_factory=list)
+    guards: list[Callable[[], None]] = field(default_factory=list)
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def log(self, msg: str) -> None:
+        print(f"[e2e +{self.now():6.2f}s] {msg}", flush=True)
+
+    def wait(self, what: str, predicate: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:
+        def guarded() -> Any:
+            for g in self.guards:  # a dead process fails the wait at once (ProcessDied is not retried)
+                g()
+            return predicate()
+
+        start = time.monotonic()
+        try:
+            val = wait_for(guarded, timeout, what, interval)
+        except WaitTimeout:
+            self.log(f"TIMED OUT after {time.monotonic() - start:.2f}s (deadline {timeout:.0f}s): {what}")
+            raise
+        took = time.monotonic() - start
+        self.waits.append((what, took))
+        self.log(f"waited {took:6.2f}s (deadline {timeout:.0f}s) for {what}")
+        return val
+
+
+def utc(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
+def parse_rfc3339(s: str) -> float:
+    """Alertmanager/Prometheus timestamps (RFC 3339, nanoseconds, Z or offset) as epoch seconds."""
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", s)
+    if not m:
+        raise ValueError(f"not RFC 3339: {s!r}")
+    base = dt.datetime.fromisoformat(m.group(1) + ("+00:00" if m.group(3) == "Z" else m.group(3)))
+    frac = float("0." + m.group(2)) if m.group(2) else 0.0
+    return base.timestamp() + frac
+
+
+def stop_all(items: Iterable[Any]) -> list[str]:
+    """Stop everything, in the order given; returns error strings instead of raising."""
+    errs = []
+    for it in items:
+        try:
+            it.stop()
+        except Exception as e:  # noqa: BLE001 - teardown keeps going
+            errs.append(f"stopping {it!r}: {e!r}")
+    return errs
+
+
+# --------------------------------------------------------------------------------------------
+# The stack
+# --------------------------------------------------------------------------------------------
+
+
+class Stack:
+    """Every process and server of one end-to-end run; ``stop()`` ends them all by PID."""
+
+    def __init__(self, tmp: Path, clock: Clock):
+        self.tmp = tmp
+        self.clock = clock
+        self.kube: Any = None            # harness.KubeEmulator
+        self.exporter: E2EExporter | None = None
+        self.webhook: WebhookReceiver | None = None
+        self.alertmanager: ManagedProcess | None = None
+        self.prometheus: ManagedProcess | None = None
+        self.prom: PromAPI | None = None
+        self.am_url = ""
+        self.prom_url = ""
+
+    # -- starts -----------------------------------------------------------------------------
+
+    def start_kube(self, resources: Iterable[str]) -> Any:
+        from harness import KubeEmulator
+
+        self.kube = KubeEmulator(tuple(resources)).start()
+        self.clock.log(f"kmock emulator on {self.kube.url}")
+        return self.kube
+
+    def start_exporter(self, binary: str) -> E2EExporter:
+        from harness import write_kubeconfig
+
+        kubeconfig = write_kubeconfig(self.tmp / "kubeconfig", self.kube.url)
+        self.exporter = E2EExporter(binary, kubeconfig, self.tmp / "exporter.log")
+        self.exporter.start()
+        self.clock.guards.append(self.exporter.check_alive)
+        self.clock.log(f"exporter pid {self.exporter.pid} on {self.exporter.url}")
+        return self.exporter
+
+    def start_webhook(self) -> WebhookReceiver:
+        self.webhook = WebhookReceiver().start()
+        self.clock.log(f"webhook receiver on {self.webhook.url}")
+        return self.webhook
+
+    def start_alertmanager(self, binary: str = "prometheus-alertmanager") -> ManagedProcess:
+        assert self.webhook is not None
+        port = free_port()
+        self.am_url = f"http://127.0.0.1:{port}"
+        cfg = self.tmp / "alertmanager.yml"
+        cfg.write_text(yaml.safe_dump({
+            "route": {
+                "receiver": "webhook",
+                # '...' = group by every label: one notification per alert, so each delivery
+                # time belongs to exactly one alert.
+                "group_by": ["..."],
+                "group_wait": "1s",
+                "group_interval": "1s",
+                "repeat_interval": "1h",
+            },
+            "receivers": [{
+                "name": "webhook",
+                "webhook_configs": [{"url": self.webhook.url, "send_resolved": True}],
+            }],
+        }, sort_keys=False))
+        (self.tmp / "alertmanager-data").mkdir()
+        self.alertmanager = ManagedProcess("alertmanager", [
+            binary, f"--config.file={cfg}", f"--storage.path={self.tmp / 'alertmanager-data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
+            "--log.level=info",
+        ], self.tmp / "alertmanager.log").start()
+        self.clock.guards.append(self.alertmanager.check_alive)
+        self.clock.log(f"alertmanager pid {self.alertmanager.pid} on {self.am_url}")
+        return self.alertmanager
+
+    def start_prometheus(self, rule_files: list[Path], binary: str = "prometheus") -> ManagedProcess:
+        assert self.exporter is not None and self.am_url
+        port = free_port()
+        self.prom_url = f"http://127.0.0.1:{port}"
+        cfg = self.tmp / "prometheus.yml"
+        cfg.write_text(yaml.safe_dump({
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(p) for p in rule_files],
+            "alerting": {"alertmanagers": [{
+                "api_version": "v2",
+                "static_configs": [{"targets": [self.am_url.removeprefix("http://")]}],
+            }]},
+            "scrape_configs": [{
+                "job_name": "captf-lock-exporter",
+                "honor_labels": True,
+                "static_configs": [{"targets": [f"127.0.0.1:{self.exporter.port}"]}],
+            }],
+        }, sort_keys=False))
+        check = subprocess.run(["promtool", "check", "config", str(cfg)], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise AssertionError(f"promtool check config failed:\n{check.stdout}{check.stderr}")
+        (self.tmp / "prometheus-data").mkdir()
+        self.prometheus = ManagedProcess("prometheus", [
+            binary, f"--config.file={cfg}", f"--storage.tsdb.path={self.tmp / 'prometheus-data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--log.level=info",
+        ], self.tmp / "prometheus.log").start()
+        self.clock.guards.append(self.prometheus.check_alive)
+        self.prom = PromAPI(self.prom_url)
+        self.clock.log(f"prometheus pid {self.prometheus.pid} on {self.prom_url}")
+        return self.prometheus
+
+    # -- stop -------------------------------------------------------------------------------
+
+    def stop(self) -> list[str]:
+        """Prometheus first (so it stops alerting), then Alertmanager, webhook, exporter, emulator."""
+        self.clock.guards.clear()
+        order = [x for x in (self.prometheus, self.alertmanager, self.webhook, self.exporter, self.kube)
+                 if x is not None]
+        t = time.monotonic()
+        errs = stop_all(order)
+        if self.prom is not None:
+            self.prom.close()
+        rcs = []
+        for name, p in (("prometheus", self.prometheus), ("alertmanager", self.alertmanager),
+                        ("exporter", self.exporter)):
+            if p is not None and p.proc is not None:
+                rcs.append(f"{name} pid {p.proc.pid} rc {p.proc.returncode}")
+        self.clock.log(f"stopped everything in {time.monotonic() - t:.2f}s: {', '.join(rcs)}")
+        return errs

@@ -1,0 +1,482 @@
+"""End to end: the shipped alerts fire, reach Alertmanager and a webhook, and resolve, with real parts.
+
+    kmock emulator (Kubernetes API over HTTP)  <-- list/watch --  captf-lock-exporter (real binary)
+    Prometheus 2.42 (scrape 1 s, eval 1 s, shipped rule file)  -- scrape -->  exporter /metrics
+    Prometheus  -- alerts -->  Alertmanager 0.25  -- webhook -->  http.server in this process
+
+Objects (namespace/kind/name):
+  team-a/TerraformMachine/bastion      foreign lock by alice@alice-laptop, own lockTimeoutSeconds 5
+                                       -> CAPTFStateLockForeignOverdue fires; released -> resolves
+  team-a/TerraformMachine/db           ForceUnlocked Event written after the exporter started, then
+                                       locked by the new runner (own_live)  -> CAPTFForceUnlocks
+  team-b/TerraformMachinePool/pool     lock of its own runner pod, which does not exist (own_stale)
+                                       -> CAPTFStateLockStale (test copy with a shorter `for`)
+  team-a/TerraformMachine/web          own_live lock for the whole run, plus a ForceUnlocked Event
+                                       from before the exporter started -> never any alert
+  team-a/TerraformCluster/prod, team-b/TerraformCluster/edge and their CAPI Clusters give the
+  machines their inherited timeouts (spec.defaults.jobs).
+
+Rules: the shipped file alerts/captf-lock-exporter.rules.yaml is loaded unchanged (it provides
+CAPTFStateLockForeignOverdue, for 1m, and CAPTFForceUnlocks). CAPTFStateLockStale's for is 15m, so
+a test copy of only that rule, derived at run time from the shipped file with only `for` changed,
+is loaded as well (group `captf-lock-exporter-e2e-short-for`); the shipped 15m rule stays loaded
+and is checked to be pending for the same lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from stack import (
+    DASHBOARDS,
+    DERIVED_GROUP_SUFFIX,
+    QUERIES_PY,
+    SHIPPED_RULES,
+    Clock,
+    DeliveredAlert,
+    Stack,
+    derive_short_for_rules,
+    parse_duration,
+    parse_rfc3339,
+    utc,
+)
+
+from harness import (  # tests/integration/harness.py, read-only
+    ALL_RESOURCES,
+    LOCK_INFO_ANNOTATION,
+    capi_cluster,
+    force_unlock_event,
+    job_name,
+    lease,
+    lease_name,
+    lock_info_doc,
+    now_utc,
+    pod,
+    runner_pod_name,
+    state_suffix,
+)
+
+NS_A, NS_B = "team-a", "team-b"
+C, M, MP = "TerraformCluster", "TerraformMachine", "TerraformMachinePool"
+JOB = "captf-lock-exporter"
+
+FOREIGN = {"namespace": NS_A, "kind": M, "name": "bastion"}
+FORCED = {"namespace": NS_A, "kind": M, "name": "db"}
+STALE = {"namespace": NS_B, "kind": MP, "name": "pool"}
+LIVE = {"namespace": NS_A, "kind": M, "name": "web"}
+
+ALICE = "alice@alice-laptop"
+FOREIGN_TIMEOUT_S = 5
+SHORTEN = {"CAPTFStateLockStale": "10s"}
+
+A_OVERDUE, A_FORCE, A_STALE = "CAPTFStateLockForeignOverdue", "CAPTFForceUnlocks", "CAPTFStateLockStale"
+
+
+def sel(obj: dict[str, str], **extra: str) -> str:
+    """PromQL label matchers for an object (plus extra equality matchers)."""
+    return "{" + ",".join(f'{k}="{v}"' for k, v in {**obj, **extra}.items()) + "}"
+
+
+def lock_patch(info: dict[str, Any]) -> dict[str, Any]:
+    """What the backend writes to lock: holderIdentity = lock ID, plus the lock-info annotation."""
+    return {"metadata": {"annotations": {LOCK_INFO_ANNOTATION: json.dumps(info, separators=(",", ":"))}},
+            "spec": {"holderIdentity": info["ID"]}}
+
+
+def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, str], tmp_path: Path) -> None:
+    log = clock.log
+    notes: list[str] = []  # what real Prometheus did that promtool does not show
+    summary: list[str] = []
+
+    # ---- 1. emulator with the objects that exist before the exporter starts -----------------
+    kube = stack.start_kube(ALL_RESOURCES)
+    kube.create(_terraform(C, NS_A, "prod", defaults_jobs={"lockTimeoutSeconds": 600,
+                                                           "activeDeadlineSeconds": 1800}))
+    kube.create(capi_cluster(NS_A, "prod", "prod"))
+    kube.create(_terraform(C, NS_B, "edge", defaults_jobs={"lockTimeoutSeconds": 120,
+                                                           "activeDeadlineSeconds": 900}))
+    kube.create(capi_cluster(NS_B, "edge", "edge"))
+    kube.create(_terraform(M, NS_A, "web", cluster_label="prod"))
+    kube.create(_terraform(M, NS_A, "db", cluster_label="prod"))
+    kube.create(_terraform(M, NS_A, "bastion", jobs={"lockTimeoutSeconds": FOREIGN_TIMEOUT_S},
+                           cluster_label="prod"))
+    kube.create(_terraform(MP, NS_B, "pool", cluster_label="edge"))
+
+    web_pod = runner_pod_name(M, "web")
+    kube.create(pod(NS_A, web_pod, "Running", kind=M, owner="web"))
+    web_info = lock_info_doc(f"root@{web_pod}", created=now_utc() - dt.timedelta(minutes=2))
+    kube.create(lease(NS_A, state_suffix(NS_A, M, "web"), lock_info=web_info, owner_kind=M,
+                      owner_name="web", cluster_name="prod"))
+    for obj, cluster in ((FORCED, "prod"), (FOREIGN, "prod"), (STALE, "edge")):
+        ns, kind, name = obj["namespace"], obj["kind"], obj["name"]
+        kube.create(lease(ns, state_suffix(ns, kind, name), owner_kind=kind, owner_name=name,
+                          cluster_name=cluster))  # released: no holder, no lock-info
+    old_event_time = now_utc() - dt.timedelta(hours=2)
+    kube.create(force_unlock_event(NS_A, M, "web", job_name("m", "web", "apply", 7, "0a0b0c"),
+                                   event_time=old_event_time))
+
+    # ---- 2. exporter, webhook, Alertmanager, Prometheus ---------------------------------------
+    exporter = stack.start_exporter(tools["exporter"])
+    clock.wait("exporter /healthz 200", lambda: exporter.get("/healthz").status_code == 200, 20)
+    clock.wait("the exporter to watch every resource", lambda: all(v > 0 for v in kube.watchers().values()), 30)
+    clock.wait("exporter /readyz 200", lambda: exporter.get("/readyz").status_code == 200, 30)
+
+    webhook = stack.start_webhook()
+    stack.start_alertmanager(tools["prometheus-alertmanager"])
+    clock.wait("alertmanager /-/ready", lambda: _http_ok(stack.am_url + "/-/ready"), 30)
+
+    derived = tmp_path / "captf-lock-exporter.e2e-short-for.rules.yaml"
+    changed = derive_short_for_rules(SHIPPED_RULES, derived, SHORTEN)
+    chk = subprocess.run([tools["promtool"], "check", "rules", str(SHIPPED_RULES), str(derived)],
+                         capture_output=True, text=True)
+    assert chk.returncode == 0, f"promtool check rules:\n{chk.stdout}{chk.stderr}"
+    for a, (old, new) in changed.items():
+        log(f"TEST COPY OF RULES: {a} loaded from {derived.name} with for {old} -> {new} "
+            f"(derived at run time from {SHIPPED_RULES.relative_to(SHIPPED_RULES.parents[1])}; "
+            "expr/labels/annotations identical); every other alert comes from the shipped file, unchanged")
+
+    stack.start_prometheus([SHIPPED_RULES, derived], tools["prometheus"])
+    prom = stack.prom
+    assert prom is not None
+    prom_t0 = time.time()
+    clock.wait("prometheus /-/ready", prom.ready, 30)
+
+    # Rules: the shipped group from the shipped file, the test copy beside it, all healthy.
+    def rules_loaded() -> dict[str, Any] | None:
+        groups = {g["name"]: g for g in prom.rules()}
+        shipped, copy_ = groups.get(JOB), groups.get(JOB + DERIVED_GROUP_SUFFIX)
+        if shipped is None or copy_ is None:
+            return None
+        if any(r.get("health") != "ok" for g in (shipped, copy_) for r in g["rules"]):
+            return None
+        return groups
+
+    groups = clock.wait("both rule groups loaded and evaluated without error", rules_loaded, 30)
+    assert Path(groups[JOB]["file"]).resolve() == SHIPPED_RULES.resolve(), groups[JOB]["file"]
+    shipped_rules = {r["name"]: r for r in groups[JOB]["rules"]}
+    assert set(shipped_rules) == {A_OVERDUE, A_FORCE, A_STALE, "CAPTFStateLockHeldTooLong",
+                                  "CAPTFLockExporterDown", "CAPTFLockExporterWatchDown"}, set(shipped_rules)
+    for r in groups[JOB + DERIVED_GROUP_SUFFIX]["rules"]:
+        orig = shipped_rules[r["name"]]
+        assert r["query"] == orig["query"], (r["name"], r["query"], orig["query"])
+        assert r["labels"] == orig["labels"] and r["annotations"] == orig["annotations"], r["name"]
+        assert r["duration"] == parse_duration(SHORTEN[r["name"]]), r
+        assert orig["duration"] == parse_duration(changed[r["name"]][0]), orig
+
+    # Baseline as Prometheus sees it, before any trigger.
+    def baseline() -> bool:
+        checks = [
+            (f'up{{job="{JOB}"}}', 1),
+            (f"captf_state_lock_force_unlocks_total{sel(FORCED)}", 0),
+            (f"captf_state_lock_force_unlocks_total{sel(LIVE)}", 0),
+            (f"captf_state_lock_held{sel(FORCED)}", 0),
+            (f"captf_state_lock_held{sel(FOREIGN)}", 0),
+            (f"captf_state_lock_held{sel(STALE)}", 0),
+            (f'captf_state_lock_info{sel(LIVE, **{"class": "own_live"})}', 1),
+            ('sum(captf_state_locks_held)', 1),
+            ('count(captf_lock_exporter_watch_up == 1)', len(ALL_RESOURCES)),
+        ]
+        return all(prom.value(q) == want for q, want in checks)
+
+    clock.wait("Prometheus to scrape the baseline (up, counters at 0, web own_live, all watches up)",
+               baseline, 30)
+    # Timeout inheritance through the real CAPI Cluster watch, and the pre-start Event's timestamp.
+    timeouts = {
+        "web": (prom.value(f"captf_state_lock_timeout_seconds{sel(LIVE)}"),
+                prom.value(f"captf_state_lock_deadline_seconds{sel(LIVE)}")),
+        "bastion": (prom.value(f"captf_state_lock_timeout_seconds{sel(FOREIGN)}"), None),
+        "pool": (prom.value(f"captf_state_lock_timeout_seconds{sel(STALE)}"),
+                 prom.value(f"captf_state_lock_deadline_seconds{sel(STALE)}")),
+    }
+    assert timeouts == {"web": (600, 1800), "bastion": (FOREIGN_TIMEOUT_S, None), "pool": (120, 900)}, timeouts
+    web_last = prom.value(f"captf_state_lock_last_force_unlock_timestamp_seconds{sel(LIVE)}")
+    assert web_last is not None and abs(web_last - old_event_time.timestamp()) < 5, (
+        f"pre-start ForceUnlocked Event of web: last-seen timestamp expected "
+        f"{old_event_time.timestamp():.0f}, got {web_last}")
+
+    # ---- 3. triggers ------------------------------------------------------------------------
+    trig: dict[str, tuple[float, float]] = {}  # name -> (monotonic, wall)
+
+    foreign_info = lock_info_doc(ALICE, created=now_utc(), operation="OperationTypePlan")
+    trig["foreign"] = (time.monotonic(), time.time())
+    kube.patch("leases", NS_A, lease_name(state_suffix(NS_A, M, "bastion")), lock_patch(foreign_info))
+    log(f"TRIGGER foreign lock on {FOREIGN} by {ALICE} (Created now, lockTimeoutSeconds {FOREIGN_TIMEOUT_S})")
+
+    stale_pod = runner_pod_name(MP, "pool")
+    stale_info = lock_info_doc(f"root@{stale_pod}", created=now_utc())
+    trig["stale"] = (time.monotonic(), time.time())
+    kube.patch("leases", NS_B, lease_name(state_suffix(NS_B, MP, "pool")), lock_patch(stale_info))
+    log(f"TRIGGER own lock on {STALE} by root@{stale_pod} (that pod does not exist)")
+
+    new_job = job_name("m", "db", "apply", 2, "def456")
+    trig["force"] = (time.monotonic(), time.time())
+    kube.create(force_unlock_event(NS_A, M, "db", new_job))
+    log(f"TRIGGER ForceUnlocked Event about {FORCED} (related Job {new_job})")
+    db_pod = f"{new_job}-q9w8e"
+    kube.create(pod(NS_A, db_pod, "Running", kind=M, owner="db", attempt=2))
+    kube.patch("leases", NS_A, lease_name(state_suffix(NS_A, M, "db")),
+               lock_patch(lock_info_doc(f"root@{db_pod}", created=now_utc())))
+    log(f"the new runner {db_pod} now holds the lock of {FORCED}")
+
+    # ---- 4. the exporter's view, through Prometheus -----------------------------------------
+    def present(q: str) -> bool:
+        return bool(prom.query(q))
+
+    clock.wait("Prometheus: db counted once (force_unlocks_total 1) and held by its new runner (own_live)",
+               lambda: prom.value(f"captf_state_lock_force_unlocks_total{sel(FORCED)}") == 1
+               and present(f'captf_state_lock_info{sel(FORCED, **{"class": "own_live"})}'), 20)
+    clock.wait("Prometheus: pool's lock own_stale",
+               lambda: present(f'captf_state_lock_info{sel(STALE, **{"class": "own_stale"})}'), 30)
+    clock.wait(f"Prometheus: bastion's lock foreign, holder {ALICE}",
+               lambda: present(f'captf_state_lock_info{sel(FOREIGN, **{"class": "foreign", "holder": ALICE})}'),
+               20)
+
+    # ForceUnlocks: no `for`.
+    fu = clock.wait(f"webhook: {A_FORCE} firing for db",
+                    lambda: webhook.find(A_FORCE, "firing", **FORCED), 30)
+    _check_alert(fu, A_FORCE, FORCED, "warning")
+    assert "1 time(s)" in fu.alert["annotations"]["description"], fu.alert["annotations"]["description"]
+
+    clock.wait("Prometheus: bastion overdue (captf_state_lock_overdue 1)",
+               lambda: prom.value(f"captf_state_lock_overdue{sel(FOREIGN, **{'class': 'foreign'})}") == 1,
+               FOREIGN_TIMEOUT_S + 20)
+    overdue_seen = (time.monotonic(), time.time())
+
+    def overdue_pending() -> dict[str, Any] | None:
+        for a in prom.alerts():
+            if a["labels"].get("alertname") == A_OVERDUE and a["labels"].get("name") == "bastion":
+                return a
+        return None
+
+    pend = clock.wait(f"Prometheus: {A_OVERDUE} pending for bastion", overdue_pending, 15)
+    overdue_active_at = parse_rfc3339(pend["activeAt"])
+
+    def warned() -> dict[str, Any] | None:
+        for e in exporter.json_logs():
+            f = e.get("fields", e)
+            if str(e.get("level", "")).upper().startswith("WARN") and f.get("name") == "bastion" \
+                    and "overdue" in str(f.get("message", e.get("message", ""))):
+                return e
+        return None
+
+    warning = clock.wait("exporter log: overdue warning for bastion", warned, 10)
+    log(f"exporter warned: {json.dumps(warning)[:400]}")
+
+    st = clock.wait(f"webhook: {A_STALE} firing for pool (test copy, for {SHORTEN[A_STALE]})",
+                    lambda: webhook.find(A_STALE, "firing", **STALE), 60)
+    _check_alert(st, A_STALE, STALE, "warning")
+    assert st.labels.get("class") == "own_stale" and st.labels.get("holder") == f"root@{stale_pod}", st.labels
+
+    # The shipped 15m rule sees the same lock: it is pending for exactly the same labels.
+    def shipped_stale_pending() -> list[dict[str, Any]]:
+        for g in prom.rules():
+            if g["name"] == JOB:
+                for r in g["rules"]:
+                    if r["name"] == A_STALE:
+                        return [a for a in r.get("alerts", []) if a["state"] == "pending"
+                                and a["labels"].get("name") == "pool"]
+        return []
+
+    sp = clock.wait("shipped CAPTFStateLockStale (for 15m) pending for pool", shipped_stale_pending, 10)
+    assert {k: v for k, v in sp[0]["labels"].items()} == st.labels, (sp[0]["labels"], st.labels)
+
+    # ---- 5. every dashboard query has data, while locks are held, after the Event -----------
+    clock.wait("4 held locks in Prometheus (web, db own_live; pool own_stale; bastion foreign)",
+               lambda: prom.value("sum(captf_state_locks_held)") == 4, 10)
+    assert not webhook.find(A_OVERDUE, "resolved", **FOREIGN), "the foreign lock must still be held here"
+    dash_report = _check_dashboards(stack, clock)
+    summary.extend(dash_report)
+
+    # ---- 6. ForeignOverdue fires (shipped rule, for 1m), then resolves on release -------------
+    fo = clock.wait(f"webhook: {A_OVERDUE} firing for bastion (shipped rule, for 1m)",
+                    lambda: webhook.find(A_OVERDUE, "firing", **FOREIGN), FOREIGN_TIMEOUT_S + 60 + 40)
+    _check_alert(fo, A_OVERDUE, FOREIGN, "critical")
+    assert fo.labels.get("holder") == ALICE and fo.labels.get("class") == "foreign", fo.labels
+    assert fo.labels.get("lock_id") == foreign_info["ID"] and fo.labels.get("operation") == "OperationTypePlan"
+    assert ALICE in fo.alert["annotations"]["summary"] and ALICE in fo.alert["annotations"]["description"]
+
+    trig["release"] = (time.monotonic(), time.time())
+    kube.release_lock(NS_A, lease_name(state_suffix(NS_A, M, "bastion")))
+    log(f"TRIGGER release of bastion's lock (holderIdentity cleared, lock-info annotation removed)")
+    fr = clock.wait(f"webhook: {A_OVERDUE} RESOLVED for bastion",
+                    lambda: webhook.find(A_OVERDUE, "resolved", **FOREIGN), 30)
+    assert fr.labels == fo.labels, (fr.labels, fo.labels)
+    resolved_ends = parse_rfc3339(fr.alert["endsAt"])
+
+    # ---- 7. silence where there must be silence ----------------------------------------------
+    web_alerts = prom.query(f'count_over_time(ALERTS{{namespace="{NS_A}",name="web"}}[10m])')
+    assert web_alerts == [], f"own_live lock of web produced alerts (pending or firing): {web_alerts}"
+    assert not [a for a in webhook.alerts() if a.labels.get("name") == "web"], "web reached the webhook"
+    delivered = {(a.labels.get("alertname"), a.labels.get("name"), a.status) for a in webhook.alerts()}
+    expected = {(A_FORCE, "db", "firing"), (A_STALE, "pool", "firing"),
+                (A_OVERDUE, "bastion", "firing"), (A_OVERDUE, "bastion", "resolved")}
+    assert delivered == expected, f"webhook got {sorted(delivered)}, expected {sorted(expected)}"
+    assert webhook.errors == [], webhook.errors
+    bad_rules = [(g["name"], r["name"], r.get("lastError")) for g in prom.rules() for r in g["rules"]
+                 if r.get("health") != "ok"]
+    assert bad_rules == [], bad_rules
+    targets = [(t["labels"].get("job"), t["health"], t.get("lastError")) for t in prom.targets()]
+    assert targets == [(JOB, "up", "")], targets
+    assert prom.value(f'min_over_time(up{{job="{JOB}"}}[10m])') == 1, "a scrape of the exporter failed"
+
+    # ---- 8. what real Prometheus did, next to what promtool's model says ----------------------
+    fo_starts = parse_rfc3339(fo.alert["startsAt"])
+    created = parse_rfc3339(foreign_info["Created"])
+    notes.append(
+        f"{A_OVERDUE}: lock Created {utc(created)}, overdue from {utc(created + FOREIGN_TIMEOUT_S)}; "
+        f"Prometheus activeAt {utc(overdue_active_at)} (+{overdue_active_at - created - FOREIGN_TIMEOUT_S:.2f}s "
+        f"after the exact overdue instant: the exporter's scrape, Prometheus' 1 s scrape and 1 s "
+        f"evaluation; promtool's model flips at the sample time); startsAt {utc(fo_starts)} = activeAt "
+        f"+ {fo_starts - overdue_active_at:.2f}s for a `for` of 60 s (promtool: first evaluation at or "
+        f"after activeAt + for)")
+    fu_value = _alert_value(prom, A_FORCE, "db")
+    notes.append(f"{A_FORCE}: $value {fu_value} for one force-unlock (increase() extrapolates within "
+                 f"the samples it has; the description's printf \"%.0f\" prints 1 time(s)); promtool's "
+                 f"test with 1m samples saw 1.0111")
+    notes.append(
+        f"{A_OVERDUE} resolved: release at {utc(trig['release'][1])}, endsAt {utc(resolved_ends)} "
+        f"(+{resolved_ends - trig['release'][1]:.2f}s): the series vanish at the next scrape (staleness "
+        f"marker) and the rule resolves at the next evaluation; promtool only shows firing alerts, so "
+        f"resolution is only seen here")
+    down = prom.query('count_over_time(ALERTS{alertname="CAPTFLockExporterDown"}[10m])')
+    if down:
+        notes.append("CAPTFLockExporterDown went PENDING at Prometheus start (absent(up) is true at the "
+                     "first evaluation before the first scrape); `for: 5m` kept it silent")
+    else:
+        notes.append("CAPTFLockExporterDown never went pending (first scrape came before the first "
+                     "evaluation)")
+    st_starts = parse_rfc3339(st.alert["startsAt"])
+    notes.append(f"{A_STALE} (test copy): startsAt {utc(st_starts)}, "
+                 f"{st_starts - trig['stale'][1]:.2f}s after the lock was written "
+                 f"(for {SHORTEN[A_STALE]}); the shipped 15m copy was pending with identical labels")
+    prom_log = stack.prometheus.log_text() if stack.prometheus else ""
+    warns = [l for l in prom_log.splitlines() if "level=warn" in l or "level=error" in l]
+    notes.append(f"Prometheus log: {len(warns)} warn/error lines"
+                 + ("".join(f"\n      {w[:300]}" for w in warns[:10]) if warns else ""))
+
+    def lat(key: str, a: DeliveredAlert) -> float:
+        return a.delivery.mono - trig[key][0]
+
+    lines = [
+        f"{A_FORCE:30} Event written -> webhook firing        {lat('force', fu):6.2f}s  (no `for`)",
+        f"{A_STALE:30} stale lock written -> webhook firing   {lat('stale', st):6.2f}s  "
+        f"(test `for` {SHORTEN[A_STALE]}, shipped 15m)",
+        f"{A_OVERDUE:30} foreign lock written -> webhook firing {lat('foreign', fo):6.2f}s  "
+        f"(lockTimeoutSeconds {FOREIGN_TIMEOUT_S} + shipped `for` 1m; overdue seen in Prometheus "
+        f"{overdue_seen[0] - trig['foreign'][0]:.2f}s after the write)",
+        f"{A_OVERDUE:30} lock released -> webhook resolved      {lat('release', fr):6.2f}s",
+    ]
+    print("\n==================== e2e summary ====================")
+    print(f"total runtime of the test body: {clock.now():.1f}s (Prometheus up for {time.time() - prom_t0:.1f}s)")
+    print("trigger -> webhook delivery:")
+    for l in lines:
+        print("  " + l)
+    print("waits:")
+    for what, took in clock.waits:
+        print(f"  {took:6.2f}s  {what}")
+    print("dashboards:")
+    for l in summary:
+        print("  " + l)
+    print("real Prometheus vs promtool's model:")
+    for n in notes:
+        print("  - " + n)
+    print("rules: shipped file unchanged for", A_OVERDUE, "and", A_FORCE, "; test copy for",
+          ", ".join(f"{a} (for {o} -> {n})" for a, (o, n) in changed.items()))
+    print("=====================================================")
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _terraform(kind: str, ns: str, name: str, **kw: Any) -> dict[str, Any]:
+    from harness import terraform_object
+
+    return terraform_object(kind, ns, name, **kw)
+
+
+def _http_ok(url: str) -> bool:
+    import requests
+
+    return requests.get(url, timeout=2).status_code == 200
+
+
+def _check_alert(a: DeliveredAlert, alertname: str, obj: dict[str, str], severity: str) -> None:
+    lab = a.labels
+    want = {"alertname": alertname, **obj, "severity": severity}
+    got = {k: lab.get(k) for k in want}
+    assert got == want, f"{alertname}: labels {lab}, expected at least {want}"
+    for k in ("instance", "job", "pod"):
+        assert k not in lab, f"{alertname}: per-target label {k} not aggregated away: {lab}"
+    ann = a.alert.get("annotations", {})
+    for k in ("summary", "description", "runbook_url"):
+        assert ann.get(k), f"{alertname}: annotation {k} missing: {ann}"
+    for v in obj.values():
+        assert v in ann["summary"] and v in ann["description"], f"{alertname}: {v} not in annotations {ann}"
+
+
+def _alert_value(prom: Any, alertname: str, name: str) -> str:
+    for a in prom.alerts():
+        if a["labels"].get("alertname") == alertname and a["labels"].get("name") == name:
+            return a.get("value", "?")
+    return "?"
+
+
+def _check_dashboards(stack: Stack, clock: Clock) -> list[str]:
+    """Run tools/dashboards/queries.py against this Prometheus; every query must return series.
+
+    Single-value variables (the drill-down's namespace/kind/name) are pinned to db: held by its new
+    runner and force-unlocked after the exporter started. Multi-value ones stay "All"; `job` is
+    resolved by queries.py from Prometheus.
+    """
+    prom = stack.prom
+    assert prom is not None
+    pins = {"namespace": FORCED["namespace"], "kind": FORCED["kind"], "name": FORCED["name"]}
+    report: list[str] = []
+    failures: list[str] = []
+    t = time.monotonic()
+    total = 0
+    for f in sorted(DASHBOARDS.glob("*.json")):
+        dash = json.loads(f.read_text())
+        args = [sys.executable, str(QUERIES_PY), "--prometheus", stack.prom_url, "--rate-interval", "1m"]
+        pinned = []
+        for v in (dash.get("templating") or {}).get("list") or []:
+            if v.get("name") in pins and not (v.get("multi") or v.get("includeAll")):
+                args += ["--var", f"{v['name']}={pins[v['name']]}"]
+                pinned.append(f"{v['name']}={pins[v['name']]}")
+        args.append(str(f))
+        out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, f"queries.py {f.name} failed: {out.stderr}"
+        queries = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
+        assert queries, f"queries.py printed no query for {f.name}"
+        now = time.time()
+        empty = []
+        for q in queries:
+            total += 1
+            where = f"{f.name} panel {q['panel_id']} {q['panel']!r} {q['refId']}"
+            try:
+                res = prom.query(q["expr"], at=now)
+            except AssertionError as e:
+                failures.append(f"{where}: query error {e}\n    {q['expr']}")
+                continue
+            if not res:
+                failures.append(f"{where}: no series (instant)\n    {q['expr']}")
+                empty.append(where)
+                continue
+            if not q["instant"]:
+                rng = prom.query_range(q["expr"], now - 30, now, 1)
+                if not rng:
+                    failures.append(f"{where}: no series (range, last 30 s)\n    {q['expr']}")
+                    continue
+        report.append(f"{f.name}: {len(queries)} queries, {len(queries) - len(empty)} with data"
+                      + (f" (pinned {', '.join(pinned)})" if pinned else ""))
+    clock.log(f"dashboards: {total} queries evaluated in {time.monotonic() - t:.2f}s")
+    assert not failures, "dashboard queries without data or with errors:\n" + "\n".join(failures)
+    return report
