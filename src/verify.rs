@@ -90,6 +90,13 @@ pub async fn run(
                 continue;
             }
         };
+        let useful = match shared.index.read() {
+            Ok(ix) => ix.needs_read(&pod),
+            Err(_) => true,
+        };
+        if !useful {
+            continue;
+        }
         let fresh = in_flight
             .lock()
             .map(|mut s| s.insert(pod.clone()))

@@ -208,6 +208,18 @@ impl Index {
         fx
     }
 
+    /// Whether a queued live read of `pod` is still useful: some lock names
+    /// it, the cache does not show it live, and no read has settled it as
+    /// gone or finished (queued duplicates are dropped this way).
+    pub fn needs_read(&self, pod: &NsName) -> bool {
+        self.locks_by_holder.contains_key(pod)
+            && !self.pod_cached_live(pod)
+            && !matches!(
+                self.confirmed.get(pod),
+                Some(PodRead::Gone) | Some(PodRead::Finished)
+            )
+    }
+
     /// Holder pods that need a (new) live read: the cache does not show them
     /// live and their last read failed or found them live (cache lag that has
     /// not resolved). Used by the periodic re-check.
