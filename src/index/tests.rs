@@ -203,6 +203,11 @@ fn deleted_pod_and_cache_lag() {
         ix.pods_to_recheck().is_empty(),
         "a confirmed gone pod is final"
     );
+    assert!(
+        !ix.needs_read(&(NS.to_string(), WEB_POD.to_string())),
+        "a queued duplicate read is dropped"
+    );
+    assert!(!ix.needs_read(&(NS.to_string(), "unrelated".to_string())));
 }
 
 #[test]
