@@ -78,6 +78,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         lines = proc.log_text().splitlines()
         rep.sections.append((f"{name} log [{rep.when}] {proc.log_path} (last {LOG_TAIL_LINES} of {len(lines)})",
                              "\n".join(lines[-LOG_TAIL_LINES:])))
+    if s.kube is not None and getattr(s.kube, "k", None) is not None:
+        try:
+            reqs = s.kube.exporter_requests()
+            rep.sections.append((f"emulator: exporter requests [{rep.when}] (last 100 of {len(reqs)})",
+                                 "\n".join(f"{r.method} {r.path} {r.query}" for r in reqs[-100:])))
+        except Exception as e:  # noqa: BLE001 - diagnostics only
+            rep.sections.append((f"emulator requests [{rep.when}]", f"unavailable: {e!r}"))
     if s.webhook is not None:
         text = "\n".join(f"{a.status:8} {a.labels}" for a in s.webhook.alerts())
         rep.sections.append((f"webhook deliveries [{rep.when}]", text or "(none)"))

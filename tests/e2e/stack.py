@@ -42,7 +42,7 @@ if str(INTEGRATION_DIR) not in sys.path:
 from harness import (  # noqa: E402  (read-only import of the integration harness)
     Exporter,
     ExporterDied,
-    WaitTimeout,
+    WaitTimeout,  # noqa: F401 - re-exported for the test
     free_port,
     wait_for,
 )

@@ -40,6 +40,7 @@ from stack import (
     SHIPPED_RULES,
     Clock,
     DeliveredAlert,
+    WaitTimeout,
     Stack,
     derive_short_for_rules,
     parse_duration,
@@ -124,7 +125,13 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
     # ---- 2. exporter, webhook, Alertmanager, Prometheus ---------------------------------------
     exporter = stack.start_exporter(tools["exporter"])
     clock.wait("exporter /healthz 200", lambda: exporter.get("/healthz").status_code == 200, 20)
-    clock.wait("the exporter to watch every resource", lambda: all(v > 0 for v in kube.watchers().values()), 30)
+    try:
+        clock.wait("the exporter to watch every resource (a watch stream open in the emulator for each)",
+                   lambda: all(v > 0 for v in kube.watchers().values()), 30)
+    except WaitTimeout as e:
+        raise WaitTimeout(f"{e}\nwatch streams per resource: {kube.watchers()}\nexporter requests:\n"
+                          + "\n".join(f"  {r.method} {r.path} {r.query}" for r in kube.exporter_requests())
+                          + "\nexporter watch metrics:\n" + _watch_metrics(exporter)) from None
     clock.wait("exporter /readyz 200", lambda: exporter.get("/readyz").status_code == 200, 30)
 
     webhook = stack.start_webhook()
@@ -400,6 +407,16 @@ def _terraform(kind: str, ns: str, name: str, **kw: Any) -> dict[str, Any]:
     from harness import terraform_object
 
     return terraform_object(kind, ns, name, **kw)
+
+
+def _watch_metrics(exporter: Any) -> str:
+    try:
+        text = exporter.get("/metrics", headers={"Accept": "text/plain; version=0.0.4"}).text
+    except Exception as e:  # noqa: BLE001 - diagnostics only
+        return f"  (scrape failed: {e!r})"
+    return "\n".join("  " + l for l in text.splitlines()
+                     if l.startswith(("captf_lock_exporter_watch_up", "captf_lock_exporter_watch_errors"))
+                     and not l.rstrip().endswith(" 0"))
 
 
 def _http_ok(url: str) -> bool:

@@ -22,6 +22,7 @@ from harness import (  # noqa: E402
     LATENCIES,
     DEFAULT_EXPORTER_BIN,
     Exporter,
+    ExporterDied,
     KubeEmulator,
     write_kubeconfig,
 )
@@ -67,10 +68,17 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
 
     def start(wait_watched: bool = True, extra_args: tuple[str, ...] = ()) -> Exporter:
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
-        exp = Exporter(exporter_bin(), kubeconfig, tmp_path / f"exporter-{len(started)}.log", extra_args)
-        started.append(exp)
-        exp.start()
-        exp.wait_healthy()
+        for attempt in range(3):
+            exp = Exporter(exporter_bin(), kubeconfig, tmp_path / f"exporter-{len(started)}.log", extra_args)
+            started.append(exp)
+            exp.start()
+            try:
+                exp.wait_healthy()
+                break
+            except ExporterDied:
+                # the free port found a moment ago may have been taken since: retry on a bind error
+                if attempt == 2 or "in use" not in exp.log_text().lower():
+                    raise
         if wait_watched:
             kube.wait_watched()
         return exp

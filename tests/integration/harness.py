@@ -761,9 +761,19 @@ def wait_metric(exporter: Exporter, predicate: Callable[[Metrics], Any], timeout
         raise WaitTimeout(f"{e}{tail}") from None
 
 
+class _Present:
+    def __repr__(self) -> str:
+        return "PRESENT"
+
+
+#: Expected value meaning "exactly one such sample, any value".
+PRESENT: Any = _Present()
+
+
 @dataclass(frozen=True)
 class Expect:
-    """One expected sample: ``value`` None means "no such sample"; labels are a subset match."""
+    """One expected sample: ``value`` None means "no such sample", PRESENT "one, any value";
+    labels are a subset match."""
 
     name: str
     labels: Mapping[str, str]
@@ -778,15 +788,18 @@ class Expect:
         return found[0][1]
 
     def ok(self, m: Metrics) -> bool:
-        return self.actual(m) == self.value
+        actual = self.actual(m)
+        if self.value is PRESENT:
+            return isinstance(actual, float)
+        return actual == self.value
 
     def __str__(self) -> str:
         lbl = ",".join(f'{k}="{v}"' for k, v in self.labels.items())
-        want = "absent" if self.value is None else self.value
+        want = "absent" if self.value is None else "present" if self.value is PRESENT else self.value
         return f"{self.name}{{{lbl}}} == {want}"
 
 
-def E(name: str, value: float | None, /, **labels: str) -> Expect:  # noqa: N802 - reads well in tests
+def E(name: str, value: Any, /, **labels: str) -> Expect:  # noqa: N802 - reads well in tests
     return Expect(name, labels, value)
 
 

@@ -7,6 +7,7 @@ import time
 from typing import Callable
 
 from harness import (
+    PRESENT,
     E,
     Exporter,
     KubeEmulator,
@@ -74,9 +75,12 @@ def test_preexisting_events_are_not_counted(kube: KubeEmulator, start_exporter: 
     an_hour_ago = now_utc() - dt.timedelta(hours=1)
     kube.create(force_unlock_event(NS, M, "web", "captf-m-web-apply-a1-abc123", event_time=an_hour_ago))
     exp = start_exporter()
-    m = wait_samples(exp, [total("web", 0)], 20, "the counter at 0 despite the old Event")
+    # an Event that existed at start is not counted but still sets the last-seen timestamp
+    m = wait_samples(exp, [
+        total("web", 0),
+        E("captf_state_lock_last_force_unlock_timestamp_seconds", PRESENT, namespace=NS, kind=M, name="web"),
+    ], 20, "the counter at 0 despite the old Event, and its timestamp set")
     ts = m.get("captf_state_lock_last_force_unlock_timestamp_seconds", namespace=NS, kind=M, name="web")
-    assert ts is not None, "an Event that existed at start must still set the last-seen timestamp"
     assert ts <= time.time() + 5, ts
     # ... and the counter still counts what comes later
     kube.create(force_unlock_event(NS, M, "web", "captf-m-web-apply-a2-def456"))

@@ -95,25 +95,26 @@ def test_emulator_list_watch_and_resource_versions(emu: KubeEmulator) -> None:
     assert [i["metadata"]["name"] for i in items] == [name]
 
     events: list[dict] = []
-    stop = threading.Event()
+    resp = requests.get(emu.url + RESOURCES["leases"].path() + "?watch=true", stream=True, timeout=(5, 30))
 
     def watch() -> None:
-        with requests.get(emu.url + RESOURCES["leases"].path() + "?watch=true", stream=True,
-                          timeout=(5, 30)) as resp:
+        try:
             for line in resp.iter_lines():
                 if line:
                     events.append(json.loads(line))
-                if stop.is_set():
-                    return
+        except Exception:  # noqa: BLE001 - the stream is closed from the test thread
+            pass
 
     t = threading.Thread(target=watch, daemon=True)
     t.start()
-    # a new watch first re-sends every object as ADDED
-    wait_for(lambda: len(events) >= 1, 5, "the initial ADDED event")
-    emu.wait_watched(["leases"], timeout=5)
-    emu.release_lock("ns1", name)
-    stop.set()
-    wait_for(lambda: len(events) >= 2, 5, "the MODIFIED event")
+    try:
+        # a new watch first re-sends every object as ADDED
+        wait_for(lambda: len(events) >= 1, 5, "the initial ADDED event")
+        emu.wait_watched(["leases"], timeout=5)
+        emu.release_lock("ns1", name)
+        wait_for(lambda: len(events) >= 2, 5, "the MODIFIED event")
+    finally:
+        resp.close()
     t.join(5)
     assert [e["type"] for e in events[:2]] == ["ADDED", "MODIFIED"]
     released = events[1]["object"]
