@@ -191,18 +191,9 @@ impl Feeds {
 
 /// Runs the simulation forever, one cycle after another.
 pub async fn run(shared: Arc<Shared>, sim: Arc<Sim>) {
-    let watched = [
-        Resource::Leases,
-        Resource::Pods,
-        Resource::TerraformClusters,
-        Resource::TerraformMachines,
-        Resource::TerraformMachinePools,
-        Resource::Clusters,
-    ];
-    for r in watched {
+    for r in Resource::ALL {
         shared.health.register(r, "");
     }
-    shared.health.register(Resource::Events, "");
     let mut feeds = Feeds {
         by_resource: HashMap::new(),
     };

@@ -167,15 +167,7 @@ fn map_event<K>(ev: watcher::Event<K>, trim: &impl Fn(&K) -> Change) -> watcher:
 /// Spawns every watch for the namespaces in `scopes` (None: all namespaces).
 pub fn spawn_all(client: Client, shared: Arc<Shared>, scopes: Vec<Option<String>>) {
     for scope in scopes {
-        for resource in [
-            Resource::Leases,
-            Resource::Pods,
-            Resource::TerraformClusters,
-            Resource::TerraformMachines,
-            Resource::TerraformMachinePools,
-            Resource::Clusters,
-            Resource::Events,
-        ] {
+        for resource in Resource::ALL {
             shared
                 .health
                 .register(resource, scope.as_deref().unwrap_or(""));
