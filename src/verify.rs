@@ -40,7 +40,16 @@ impl PodSource {
                 let gvk = GroupVersionKind::gvk("", "v1", "Pod");
                 let ar = ApiResource::from_gvk_with_plural(&gvk, "pods");
                 let api: Api<PodObject> = Api::namespaced_with(client.clone(), namespace, &ar);
-                match api.get(name).await {
+                // The client retries 429/503/504 on its own for minutes; a
+                // verdict that late is no verdict: call it a failed read.
+                let got = match tokio::time::timeout(READ_TIMEOUT, api.get(name)).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        tracing::debug!(namespace, pod = name, "live pod read timed out");
+                        return PodRead::Failed;
+                    }
+                };
+                match got {
                     Ok(pod) => {
                         let phase = pod.status.as_ref().map_or("", |s| s.phase.as_str());
                         if is_terminal_phase(phase) {
@@ -60,6 +69,9 @@ impl PodSource {
         }
     }
 }
+
+/// How long one live read may take, retries included.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Most live reads in flight at once.
 const MAX_IN_FLIGHT: usize = 8;

@@ -270,6 +270,12 @@ class PromAPI:
         assert data["resultType"] == "vector", data
         return data["result"]
 
+    def matrix(self, expr: str) -> list[dict[str, Any]]:
+        """An instant query of a range selector (raw samples)."""
+        data = self._get("query", query=expr)
+        assert data["resultType"] == "matrix", data
+        return data["result"]
+
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
         data = self._get("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=step)
         return data["result"]

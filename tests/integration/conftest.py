@@ -2,6 +2,7 @@
 
 Markers:
   @pytest.mark.kube(omit=["terraformmachinepools"])  -- leave resources (CRDs) out of the emulator.
+  @pytest.mark.kube(omit=["clusters"], add=["clusters.v1beta1"])  -- serve CAPI's older version.
 Environment:
   EXPORTER_BIN  -- path of the binary (default /work/main/target/debug/captf-lock-exporter).
 """
@@ -31,7 +32,7 @@ LOG_TAIL_LINES = 400
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "kube(omit=[...]): resources the emulator does not serve")
+    config.addinivalue_line("markers", "kube(omit=[...], add=[...]): resources the emulator (does not) serve")
 
 
 def exporter_bin() -> str:
@@ -41,9 +42,11 @@ def exporter_bin() -> str:
 @pytest.fixture
 def kube_resources(request: pytest.FixtureRequest) -> tuple[str, ...]:
     omit: set[str] = set()
+    add: list[str] = []
     for marker in request.node.iter_markers("kube"):
         omit |= set(marker.kwargs.get("omit", ()))
-    return tuple(r for r in ALL_RESOURCES if r not in omit)
+        add += [r for r in marker.kwargs.get("add", ()) if r not in add]
+    return tuple(r for r in ALL_RESOURCES if r not in omit) + tuple(add)
 
 
 @pytest.fixture
@@ -79,6 +82,7 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
                 # the free port found a moment ago may have been taken since: retry on a bind error
                 if attempt == 2 or "in use" not in exp.log_text().lower():
                     raise
+                exp.retired = True
         if wait_watched:
             kube.wait_watched()
         return exp
@@ -86,8 +90,13 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
     try:
         yield start
     finally:
+        crashed = [exp for exp in started
+                   if not getattr(exp, "retired", False) and exp.proc is not None and exp.proc.poll() is not None]
         for exp in started:
             exp.stop()
+    if crashed:
+        raise ExporterDied("the exporter exited during the test: " + ", ".join(
+            f"code {exp.proc.returncode} (log {exp.log_path})" for exp in crashed))
 
 
 @pytest.fixture

@@ -109,7 +109,10 @@ RESOURCES: dict[str, ResourceDef] = {
         ResourceDef(CAPI_GROUP, "v1beta2", "clusters", "Cluster", "cluster"),
     )
 }
+#: The resources served by default (keys of RESOURCES; the key is the plural).
 ALL_RESOURCES: tuple[str, ...] = tuple(RESOURCES)
+#: Alternatives a test can serve instead (key != plural): CAPI's older Cluster version.
+RESOURCES["clusters.v1beta1"] = ResourceDef(CAPI_GROUP, "v1beta1", "clusters", "Cluster", "cluster")
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,14 +330,21 @@ def terraform_object(kind: str, ns: str, name: str, jobs: Mapping[str, Any] | No
     }
 
 
-def capi_cluster(ns: str, name: str, infra_ref_name: str) -> dict[str, Any]:
-    """A CAPI v1beta2 Cluster whose infrastructureRef names a TerraformCluster."""
+def capi_cluster(ns: str, name: str, infra_ref_name: str, version: str = "v1beta2") -> dict[str, Any]:
+    """A CAPI Cluster whose infrastructureRef names a TerraformCluster.
+
+    v1beta2 refs carry apiGroup/kind/name; v1beta1 refs apiVersion/kind/name.
+    """
+    if version == "v1beta2":
+        ref = {"apiGroup": INFRA_GROUP, "kind": "TerraformCluster", "name": infra_ref_name}
+    else:
+        ref = {"apiVersion": f"{INFRA_GROUP}/{INFRA_VERSION}", "kind": "TerraformCluster",
+               "name": infra_ref_name, "namespace": ns}
     return {
-        "apiVersion": f"{CAPI_GROUP}/v1beta2",
+        "apiVersion": f"{CAPI_GROUP}/{version}",
         "kind": "Cluster",
         "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4())},
-        "spec": {"infrastructureRef": {"apiGroup": INFRA_GROUP, "kind": "TerraformCluster",
-                                       "name": infra_ref_name}},
+        "spec": {"infrastructureRef": ref},
     }
 
 
@@ -394,6 +404,15 @@ def _quick_shutdown_server_cls() -> type:
     return QuickShutdownServer
 
 
+@dataclass
+class Injection:
+    active: bool = True
+    hits: int = 0
+
+    def clear(self) -> None:
+        self.active = False
+
+
 class KubeEmulator:
     """kmock's KubernetesEmulator on a real 127.0.0.1 port, driven from a background thread."""
 
@@ -431,17 +450,20 @@ class KubeEmulator:
 
         _QuickShutdownServer = _quick_shutdown_server_cls()
 
+        def declare(k: Any, plural: str) -> None:
+            r = RESOURCES[plural]
+            k.resources[r.key] = kmock.ResourceInfo(
+                kind=r.kind, singular=r.singular, namespaced=r.namespaced,
+                verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+            )
+
         loop = asyncio.new_event_loop()
         self._loop = loop
 
         async def main() -> None:
             k = kmock.KubernetesEmulator()
             for plural in self.resources:
-                r = RESOURCES[plural]
-                k.resources[r.key] = kmock.ResourceInfo(
-                    kind=r.kind, singular=r.singular, namespaced=r.namespaced,
-                    verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-                )
+                declare(k, plural)
             self._stop = asyncio.Event()
             async with k, kmock.Server(k, host="127.0.0.1", server_cls=_QuickShutdownServer) as srv:
                 self.k = k
@@ -449,6 +471,7 @@ class KubeEmulator:
                 self._ready.set()
                 await self._stop.wait()
 
+        self._declare = declare  # for add_resource(); set before start() returns
         try:
             loop.run_until_complete(main())
         except BaseException as e:  # noqa: BLE001
@@ -526,7 +549,8 @@ class KubeEmulator:
 
     def _resource_for(self, obj: Mapping[str, Any]) -> ResourceDef:
         api_version, kind = obj.get("apiVersion"), obj.get("kind")
-        for r in RESOURCES.values():
+        for key in (*self.resources, *RESOURCES):
+            r = RESOURCES[key]
             if r.api_version == api_version and r.kind == kind:
                 return r
         raise ValueError(f"no resource for apiVersion={api_version!r} kind={kind!r}")
@@ -542,6 +566,40 @@ class KubeEmulator:
 
     def set_pod_phase(self, ns: str, name: str, phase: str) -> dict[str, Any]:
         return self.patch("pods", ns, name, {"status": {"phase": phase}})
+
+    def add_resource(self, plural: str) -> None:
+        """Start serving a resource that was left out (a CRD installed while the exporter runs)."""
+
+        async def add() -> None:
+            self._declare(self.k, plural)
+
+        self._call(add)
+        self.resources = tuple(dict.fromkeys((*self.resources, plural)))
+
+    # -- failure injection --------------------------------------------------------------------
+
+    def fail_get(self, path: str, status: int = 503, reason: str = "ServiceUnavailable") -> "Injection":
+        """Make GET <path> (exact path, e.g. a pod's URL) answer ``status`` until the handle is cleared.
+
+        A kmock reaction of higher priority than the emulator's own handlers; once cleared it returns
+        nothing and kmock falls through to the normal emulated answer.
+        """
+        import kmock
+
+        inj = Injection()
+
+        def react() -> Any:
+            if inj.active:
+                inj.hits += 1
+                return kmock.KubernetesError(status=status, reason=reason,
+                                             message="failure injected by the integration test")
+            return None  # no reaction: the emulator serves the request as usual
+
+        async def register() -> None:
+            self.k[f"get {path}"] << react
+
+        self._call(register)
+        return inj
 
     # -- inspection ---------------------------------------------------------------------------
 
@@ -643,6 +701,8 @@ class Metrics:
             raise AssertionError(f"{len(found)} samples of {name} match {labels}: {found}")
         return found[0][1]
 
+    sample = get  # sample(name, **labels): the value, or None when absent
+
     def labels(self, name: str, /, **labels: str) -> dict[str, str] | None:
         found = self.all(name, **labels)
         if len(found) > 1:
@@ -741,8 +801,8 @@ class Exporter:
             return ""
 
 
-def wait_metric(exporter: Exporter, predicate: Callable[[Metrics], Any], timeout: float, what: str) -> Any:
-    """Scrape until ``predicate(metrics)`` is truthy; returns (value, metrics)."""
+def wait_metric(exporter: Exporter, predicate: Callable[[Metrics], Any], timeout: float, what: str) -> Metrics:
+    """Scrape until ``predicate(metrics)`` is truthy; returns the scrape that satisfied it."""
     holder: dict[str, Metrics] = {}
 
     def probe() -> Any:
@@ -751,7 +811,8 @@ def wait_metric(exporter: Exporter, predicate: Callable[[Metrics], Any], timeout
         return predicate(m)
 
     try:
-        return wait_for(probe, timeout, what)
+        wait_for(probe, timeout, what)
+        return holder["m"]
     except WaitTimeout as e:
         m = holder.get("m")
         tail = ""

@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from harness import (
+    ALL_RESOURCES,
     KubeEmulator,
     LOCK_INFO_ANNOTATION,
     RESOURCES,
@@ -62,7 +63,7 @@ def emu() -> KubeEmulator:
 
 
 def test_emulator_serves_declared_resources_only(emu: KubeEmulator) -> None:
-    for r in RESOURCES.values():
+    for r in (RESOURCES[k] for k in ALL_RESOURCES):
         resp = requests.get(emu.url + r.path(), timeout=5)
         assert resp.status_code == 200, (r.plural, resp.text[:200])
         assert resp.json()["items"] == []
@@ -78,7 +79,7 @@ def test_emulator_serves_declared_resources_only(emu: KubeEmulator) -> None:
 
 
 def test_emulator_without_a_crd_answers_404() -> None:
-    e = KubeEmulator([p for p in RESOURCES if p != "terraformmachinepools"]).start()
+    e = KubeEmulator([p for p in ALL_RESOURCES if p != "terraformmachinepools"]).start()
     try:
         resp = requests.get(e.url + RESOURCES["terraformmachinepools"].path(), timeout=5)
         assert resp.status_code == 404
@@ -95,26 +96,26 @@ def test_emulator_list_watch_and_resource_versions(emu: KubeEmulator) -> None:
     assert [i["metadata"]["name"] for i in items] == [name]
 
     events: list[dict] = []
-    resp = requests.get(emu.url + RESOURCES["leases"].path() + "?watch=true", stream=True, timeout=(5, 30))
 
-    def watch() -> None:
+    def watch() -> None:  # reads the ADDED and the MODIFIED event, then closes the stream itself
         try:
-            for line in resp.iter_lines():
-                if line:
-                    events.append(json.loads(line))
-        except Exception:  # noqa: BLE001 - the stream is closed from the test thread
-            pass
+            with requests.get(emu.url + RESOURCES["leases"].path() + "?watch=true", stream=True,
+                              timeout=(5, 10)) as resp:
+                for line in resp.iter_lines():
+                    if line:
+                        events.append(json.loads(line))
+                    if len(events) >= 2:
+                        return
+        except Exception as e:  # noqa: BLE001 - reported through the assertions below
+            events.append({"type": "ERROR", "object": repr(e)})
 
     t = threading.Thread(target=watch, daemon=True)
     t.start()
-    try:
-        # a new watch first re-sends every object as ADDED
-        wait_for(lambda: len(events) >= 1, 5, "the initial ADDED event")
-        emu.wait_watched(["leases"], timeout=5)
-        emu.release_lock("ns1", name)
-        wait_for(lambda: len(events) >= 2, 5, "the MODIFIED event")
-    finally:
-        resp.close()
+    # a new watch first re-sends every object as ADDED
+    wait_for(lambda: len(events) >= 1, 5, "the initial ADDED event")
+    emu.wait_watched(["leases"], timeout=5)
+    emu.release_lock("ns1", name)
+    wait_for(lambda: len(events) >= 2, 5, "the MODIFIED event")
     t.join(5)
     assert [e["type"] for e in events[:2]] == ["ADDED", "MODIFIED"]
     released = events[1]["object"]

@@ -47,3 +47,24 @@ def test_missing_machinepool_crd(kube: KubeEmulator, start_exporter: Callable[..
         E("captf_lock_exporter_watch_up", 0, resource="terraformmachinepools"),
     ], 20, "a new lock reported while the pool CRD is missing")
     assert exp.get("/healthz").status_code == 200
+
+
+@pytest.mark.kube(omit=["terraformmachinepools"])
+def test_crd_installed_later(kube: KubeEmulator, start_exporter: Callable[..., Exporter]) -> None:
+    kube.create(lock_lease(NS, "TerraformMachinePool", "pool", who="bob@desk"))
+    exp = start_exporter()
+    wait_samples(exp, [
+        E("captf_lock_exporter_watch_up", 0, resource="terraformmachinepools"),
+        E("captf_state_lock_info", 1, namespace=NS, kind="TerraformMachinePool", name="pool",
+          **{"class": "foreign"}),
+    ], 20, "the pool CRD missing")
+
+    kube.add_resource("terraformmachinepools")
+    kube.create(terraform_object("TerraformMachinePool", NS, "pool", jobs={"lockTimeoutSeconds": 42}))
+    # the exporter retries with its watch backoff (kube-runtime's default: up to 30 s between tries)
+    wait_samples(exp, [
+        E("captf_lock_exporter_watch_up", 1, resource="terraformmachinepools"),
+        E("captf_state_lock_timeout_seconds", 42, namespace=NS, kind="TerraformMachinePool", name="pool"),
+        E("captf_state_lock_info", 1, namespace=NS, kind="TerraformMachinePool", name="pool",
+          **{"class": "foreign"}),
+    ], 45, "the pool CRD served: watch up and the pool known")

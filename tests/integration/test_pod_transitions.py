@@ -15,6 +15,8 @@ from harness import (
     pod,
     runner_pod_name,
     terraform_object,
+    wait_for,
+    wait_metric,
     wait_samples,
 )
 
@@ -84,3 +86,37 @@ def test_lock_taken_by_a_new_runner_turns_own_live_again(kube: KubeEmulator, exp
         E("captf_state_lock_info", 1, **labels("web"), **{"class": "own_live"}),
         E("captf_state_lock_info", None, **labels("web"), **{"class": "own_stale"}),
     ], 20, "own_live under the new runner")
+
+
+def test_unreadable_pod_is_own_unverified_until_it_can_be_read(kube: KubeEmulator,
+                                                               start_exporter) -> None:
+    """A holder pod missing from the cache whose live read fails is own_unverified, never guessed.
+
+    kmock answers the pod's GET with 500 (failure injection; kube-rs's client retries 429/503/504
+    itself, for minutes); once the API answers again (404),
+    the periodic re-read (--pod-recheck-interval 1s) settles it as own_stale.
+    """
+    kube.create(terraform_object(M, NS, "web"))
+    pod_name = runner_pod_name(M, "web", "apply", 4, "c0ffee")
+    inj = kube.fail_get(f"/api/v1/namespaces/{NS}/pods/{pod_name}", 500, "InternalError")
+    exp = start_exporter(extra_args=("--pod-recheck-interval", "1s"))
+    kube.create(lock_lease(NS, M, "web", who=f"root@{pod_name}"))
+    m = wait_samples(exp, [
+        E("captf_state_lock_info", 1, **labels("web"), **{"class": "own_unverified"}),
+        E("captf_state_locks_held", 1, **{"class": "own_unverified"}),
+        E("captf_state_locks_held", 0, **{"class": "own_stale"}),
+        E("captf_state_locks_held", 0, **{"class": "own_live"}),
+    ], 20, "own_unverified while the pod cannot be read")
+    wait_for(lambda: inj.hits >= 1, 20, "a live read of the holder pod (answered 500)")
+    m = wait_metric(exp, lambda m: (m.get("captf_lock_exporter_pod_reads_total", result="error") or 0) >= 1,
+                    20, "pod_reads_total{result=error} to count the failed read")
+    # still unverified after the failed read: never guessed as stale (or live), never overdue
+    assert m.get("captf_state_lock_info", **labels("web"), **{"class": "own_unverified"}) == 1, \
+        m.all("captf_state_lock_info")
+    assert m.get("captf_state_lock_overdue", **labels("web")) == 0
+
+    inj.clear()
+    wait_samples(exp, [
+        E("captf_state_lock_info", 1, **labels("web"), **{"class": "own_stale"}),
+        E("captf_state_locks_held", 0, **{"class": "own_unverified"}),
+    ], 20, "own_stale once the pod reads as not found")

@@ -106,3 +106,16 @@ def test_changes_propagate(clusters: KubeEmulator, exporter: Exporter) -> None:
     clusters.delete("terraformmachines", NS, "inherits")
     # an object that no longer exists has no effective timeout
     wait_samples(exporter, [timeout(TM, "inherits", None)], 20, "the timeout series gone with the object")
+
+
+@pytest.mark.kube(omit=["clusters"], add=["clusters.v1beta1"])
+def test_inherits_via_capi_v1beta1_cluster(kube: KubeEmulator, exporter: Exporter) -> None:
+    """Older CAPI installs serve Cluster only as v1beta1 (infrastructureRef with apiVersion)."""
+    kube.create(terraform_object(TC, NS, "tc", defaults_jobs={"lockTimeoutSeconds": 600,
+                                                              "activeDeadlineSeconds": 7200}))
+    kube.create(capi_cluster(NS, "cl", "tc", version="v1beta1"))
+    kube.create(terraform_object(TM, NS, "inherits", cluster_label="cl"))
+    wait_samples(exporter, [
+        timeout(TM, "inherits", 600), deadline(TM, "inherits", 7200),
+        E("captf_lock_exporter_watch_up", 1, resource="clusters"),
+    ], 30, "timeouts inherited through a v1beta1 Cluster")
