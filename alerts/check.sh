@@ -5,7 +5,7 @@
 #   3. yamllint --strict with alerts/.yamllint on everything under alerts/;
 #   4. consistency: exactly the SPEC section 5 alerts, each with severity,
 #      summary, description and a runbook_url whose anchor is a heading of
-#      docs/runbook.md, and each covered by promtool tests that expect it
+#      README.md, and each covered by promtool tests that expect it
 #      to fire and expect it to be silent.
 # Exits non-zero when any step fails. Needs promtool, yamllint and python3
 # with PyYAML (Debian: prometheus, yamllint; yamllint pulls python3-yaml):
@@ -70,7 +70,7 @@ EXPECTED = {
     "CAPTFLockExporterDown": "warning",
     "CAPTFLockExporterWatchDown": "warning",
 }
-RUNBOOK = "https://github.com/captf-io/captf-lock-exporter/blob/main/docs/runbook.md#"
+RUNBOOK = "https://github.com/captf-io/captf-lock-exporter/blob/main/README.md#"
 errors = []
 
 
@@ -94,18 +94,18 @@ def headings(path):
     return found
 
 
-anchors = headings(f"{repo}/docs/runbook.md")
+anchors = headings(f"{repo}/README.md")
 
 # The runbook's own links to anchors in itself or in sibling Markdown files.
-with open(f"{repo}/docs/runbook.md", encoding="utf-8") as f:
+with open(f"{repo}/README.md", encoding="utf-8") as f:
     runbook_text = f.read()
 for target, frag in re.findall(r"\]\(([\w./-]*\.md)?#([\w-]+)\)", runbook_text):
-    path = f"{repo}/docs/{target}" if target else f"{repo}/docs/runbook.md"
+    path = f"{repo}/{target}" if target else f"{repo}/README.md"
     try:
         if frag not in headings(path):
-            errors.append(f"docs/runbook.md links to {target}#{frag}, which is no heading there")
+            errors.append(f"README.md links to {target}#{frag}, which is no heading there")
     except FileNotFoundError:
-        errors.append(f"docs/runbook.md links to {target}, which does not exist")
+        errors.append(f"README.md links to {target}, which does not exist")
 
 alerts = {}
 for path in rule_files:
@@ -134,7 +134,7 @@ for name, rule in alerts.items():
     if not url.startswith(RUNBOOK):
         errors.append(f"{name}: runbook_url {url!r} is not under {RUNBOOK}")
     elif url[len(RUNBOOK):] not in anchors:
-        errors.append(f"{name}: runbook_url anchor #{url[len(RUNBOOK):]} is no heading of docs/runbook.md")
+        errors.append(f"{name}: runbook_url anchor #{url[len(RUNBOOK):]} is no heading of README.md")
 
 fires, silent = set(), set()
 cases = groups = 0
