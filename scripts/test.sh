@@ -28,11 +28,6 @@ stage_rust() {
   cargo test --locked || return 1
 }
 
-stage_metrics_lint_unused() {
-  log "promtool check metrics on the 0.0.4 exposition"
-  cargo test --locked --test exposition -- --include-ignored || return 1
-}
-
 stage_alerts() {
   log "alert rules: promtool check + unit tests"
   bash alerts/check.sh || return 1
