@@ -13,6 +13,8 @@
 //!   inherited 30 s lockTimeoutSeconds at 10 s (foreign, overdue), released at 90 s;
 //! - `prod-pool`: a malformed lock-info (unknown);
 //! - TerraformCluster `prod`: held by its runner, released at 20 s;
+//! - `prod-md-3`: held by its own runner pod, which the exporter may not
+//!   read (own_unverified);
 //! - `retained-0`: a lock whose object was deleted with Retain (still reported).
 
 use std::collections::HashMap;
@@ -56,6 +58,8 @@ impl Sim {
         match pods.get(&(namespace.to_string(), name.to_string())) {
             None => PodRead::Gone,
             Some(&"Succeeded") | Some(&"Failed") => PodRead::Finished,
+            // A pod the exporter may not read (RBAC): the read fails.
+            Some(&"Forbidden") => PodRead::Failed,
             Some(_) => PodRead::Live,
         }
     }
@@ -78,10 +82,24 @@ fn runner_pod(kind: Kind, name: &str) -> String {
     )
 }
 
+/// A UUID-shaped lock ID derived from the holder, as the backends write UUIDs.
+fn demo_lock_id(who: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let h = hex::encode(Sha256::digest(who.as_bytes()));
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
 fn lock_info(who: &str, age_seconds: i64) -> String {
     let created = Utc::now() - chrono::Duration::seconds(age_seconds);
     serde_json::json!({
-        "ID": format!("{:08x}-demo-{}", age_seconds.unsigned_abs(), who.len()),
+        "ID": demo_lock_id(who),
         "Operation": "OperationTypeApply",
         "Info": "",
         "Who": who,
@@ -229,6 +247,9 @@ async fn cycle(shared: &Shared, sim: &Sim, feeds: &mut Feeds, n: u64) {
     let cp_pod = runner_pod(m, "prod-cp-0");
     let md_pod = runner_pod(m, "prod-md-0");
     let tc_pod = runner_pod(c, CLUSTER);
+    // Not in the pod cache and not readable: own_unverified.
+    let unreadable_pod = runner_pod(m, "prod-md-3");
+    sim.set_pod(&unreadable_pod, Some("Forbidden"));
     let policies = ClusterPolicies {
         jobs: Some(JobsPolicy {
             lock_timeout_seconds: None,
@@ -266,6 +287,7 @@ async fn cycle(shared: &Shared, sim: &Sim, feeds: &mut Feeds, n: u64) {
             object(m, "prod-cp-0", None, None),
             object(m, "prod-md-0", None, None),
             object(m, "prod-md-1", None, None),
+            object(m, "prod-md-3", None, None),
             object(
                 m,
                 "prod-md-2",
@@ -306,6 +328,11 @@ async fn cycle(shared: &Shared, sim: &Sim, feeds: &mut Feeds, n: u64) {
             lease(m, "prod-md-0", Some(&lock_info(&format!("@{md_pod}"), 3))),
             lease(m, "prod-md-1", Some(&lock_info("alice@alice-laptop", 20))),
             lease(m, "prod-md-2", None),
+            lease(
+                m,
+                "prod-md-3",
+                Some(&lock_info(&format!("@{unreadable_pod}"), 2)),
+            ),
             lease(mp, "prod-pool", Some("{\"ID\": \"x\", \"Who\": 42}")),
             lease(c, CLUSTER, Some(&lock_info(&format!("@{tc_pod}"), 1))),
             retained,
