@@ -331,6 +331,8 @@ async fn forbidden_pods_make_own_locks_unverified_and_the_rest_works() {
         (p, _) if p.starts_with("/api/v1/") && p.contains("pods") => {
             Reply::Json(403, status(403, "Forbidden"))
         }
+        // No RBAC on Events either: force-unlock counting is blind, locks are not.
+        (EVENTS, _) => Reply::Json(403, status(403, "Forbidden")),
         _ => not_served(),
     });
     let shared = start(&api);
@@ -338,6 +340,10 @@ async fn forbidden_pods_make_own_locks_unverified_and_the_rest_works() {
         has_lock(t, "web", "own_unverified") && has_lock(t, "other", "foreign")
     })
     .await;
+    assert!(
+        text.contains("captf_lock_exporter_watch_up{resource=\"events\"} 0"),
+        "{text}"
+    );
     assert!(
         text.contains("captf_lock_exporter_watch_up{resource=\"pods\"} 0"),
         "{text}"
