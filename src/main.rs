@@ -22,31 +22,56 @@ fn init_tracing(cli: &Cli) {
     }
 }
 
-async fn client(cli: &Cli) -> Result<kube::Client, String> {
+/// Why the exporter could not start.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("cannot read --kubeconfig {path}: {source}")]
+    ReadKubeconfig {
+        path: String,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("cannot use --kubeconfig {path}: {source}")]
+    UseKubeconfig {
+        path: String,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("no Kubernetes configuration (pass --kubeconfig, or run in a pod): {0}")]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("cannot build the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+}
+
+async fn client(cli: &Cli) -> Result<kube::Client, StartError> {
     let config = match &cli.kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| format!("cannot read --kubeconfig {}: {e}", path.display()))?;
+            let shown = path.display().to_string();
+            let kc = Kubeconfig::read_from(path).map_err(|source| StartError::ReadKubeconfig {
+                path: shown.clone(),
+                source,
+            })?;
             let opts = KubeConfigOptions {
                 context: cli.context.clone(),
                 ..Default::default()
             };
             kube::Config::from_custom_kubeconfig(kc, &opts)
                 .await
-                .map_err(|e| format!("cannot use --kubeconfig {}: {e}", path.display()))?
+                .map_err(|source| StartError::UseKubeconfig {
+                    path: shown,
+                    source,
+                })?
         }
-        None => kube::Config::infer().await.map_err(|e| {
-            format!("no Kubernetes configuration (pass --kubeconfig, or run in a pod): {e}")
-        })?,
+        None => kube::Config::infer().await.map_err(StartError::Infer)?,
     };
-    kube::Client::try_from(config).map_err(|e| format!("cannot build the Kubernetes client: {e}"))
+    kube::Client::try_from(config).map_err(StartError::Client)
 }
 
-async fn run(cli: Cli) -> Result<(), String> {
+async fn run(cli: Cli) -> Result<(), StartError> {
     let (shared, confirm_rx) = Shared::new();
-    let listener = server::bind(cli.listen_address)
-        .await
-        .map_err(|e| e.to_string())?;
+    let listener = server::bind(cli.listen_address).await?;
     let source = match cli.command.unwrap_or(Command::Run) {
         Command::Run => {
             let client = client(&cli).await?;
@@ -113,9 +138,9 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => {
-            tracing::error!("{msg}");
-            eprintln!("captf-lock-exporter: {msg}");
+        Err(err) => {
+            tracing::error!("{err}");
+            eprintln!("captf-lock-exporter: {err}");
             ExitCode::FAILURE
         }
     }
