@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
@@ -117,11 +117,11 @@ struct ObjectRow {
     deadline: i64,
 }
 
-fn gauge<'a>(
+fn gauge<L: EncodeLabelSet>(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    rows: impl Iterator<Item = (Vec<(&'a str, &'a str)>, f64)>,
+    rows: impl Iterator<Item = (L, f64)>,
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in rows {
@@ -130,11 +130,11 @@ fn gauge<'a>(
     Ok(())
 }
 
-fn counter<'a>(
+fn counter<L: EncodeLabelSet>(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    rows: impl Iterator<Item = (Vec<(&'a str, &'a str)>, u64)>,
+    rows: impl Iterator<Item = (L, u64)>,
 ) -> Result<(), std::fmt::Error> {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in rows {
@@ -144,24 +144,24 @@ fn counter<'a>(
     Ok(())
 }
 
-fn lock_labels(r: &LockRow) -> Vec<(&str, &str)> {
-    vec![
+fn lock_labels(r: &LockRow) -> [(&str, &str); 3] {
+    [
         ("namespace", r.ns.as_str()),
         ("kind", r.kind),
         ("name", r.name.as_str()),
     ]
 }
 
-fn fu_labels(r: &FuRow) -> Vec<(&str, &str)> {
-    vec![
+fn fu_labels(r: &FuRow) -> [(&str, &str); 3] {
+    [
         ("namespace", r.ns.as_str()),
         ("kind", r.kind.as_str()),
         ("name", r.name.as_str()),
     ]
 }
 
-fn object_labels(r: &ObjectRow) -> Vec<(&str, &str)> {
-    vec![
+fn object_labels(r: &ObjectRow) -> [(&str, &str); 3] {
+    [
         ("namespace", r.ns.as_str()),
         ("kind", r.kind),
         ("name", r.name.as_str()),
@@ -178,22 +178,25 @@ impl Collector for LockCollector {
             per_class,
         } = self.snapshot(now);
 
-        let held: Vec<&LockRow> = locks.iter().collect();
+        let held = &locks;
 
         gauge(
             &mut enc,
             "captf_state_lock_info",
             "A held state lock and its holder (1 while held).",
             held.iter().map(|r| {
-                let mut l = lock_labels(r);
-                l.extend([
+                let [ns, kind, name] = lock_labels(r);
+                let labels = [
+                    ns,
+                    kind,
+                    name,
                     ("class", r.class.as_str()),
                     ("operation", r.operation.as_str()),
                     ("holder", r.holder.as_str()),
                     ("lock_id", r.lock_id.as_str()),
                     ("version", r.version.as_str()),
-                ]);
-                (l, 1.0)
+                ];
+                (labels, 1.0)
             }),
         )?;
         gauge(
@@ -201,9 +204,15 @@ impl Collector for LockCollector {
             "captf_state_lock_age_seconds",
             "Age of a held state lock: now minus lock-info Created, else since first observed.",
             held.iter().map(|r| {
-                let mut l = lock_labels(r);
-                l.extend([("class", r.class.as_str()), ("age_source", r.age_source)]);
-                (l, r.age)
+                let [ns, kind, name] = lock_labels(r);
+                let labels = [
+                    ns,
+                    kind,
+                    name,
+                    ("class", r.class.as_str()),
+                    ("age_source", r.age_source),
+                ];
+                (labels, r.age)
             }),
         )?;
         gauge(
@@ -218,9 +227,9 @@ impl Collector for LockCollector {
             "captf_state_lock_overdue",
             "1 when a foreign or unknown lock is older than the effective lockTimeoutSeconds.",
             held.iter().map(|r| {
-                let mut l = lock_labels(r);
-                l.push(("class", r.class.as_str()));
-                (l, if r.overdue { 1.0 } else { 0.0 })
+                let [ns, kind, name] = lock_labels(r);
+                let labels = [ns, kind, name, ("class", r.class.as_str())];
+                (labels, if r.overdue { 1.0 } else { 0.0 })
             }),
         )?;
 
