@@ -23,7 +23,6 @@ import http.server
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -44,6 +43,7 @@ from harness import (  # noqa: E402  (read-only import of the integration harnes
     ExporterDied,
     WaitTimeout,  # noqa: F401 - re-exported for the test
     free_port,
+    stop_process,
     wait_for,
 )
 
@@ -90,16 +90,7 @@ class ManagedProcess:
                               f"log {self.log_path}:\n{self.log_tail(40)}")
 
     def stop(self, timeout: float = 15.0) -> int | None:
-        rc = None
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(timeout)
-            rc = self.proc.returncode
+        rc = stop_process(self.proc, timeout)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -779,16 +779,7 @@ class Exporter:
 
     def stop(self, timeout: float = 10.0) -> int | None:
         self.http.close()
-        rc = None
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(timeout)
-            rc = self.proc.returncode
+        rc = stop_process(self.proc, timeout)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -799,6 +790,20 @@ class Exporter:
             return self.log_path.read_text(errors="replace")
         except FileNotFoundError:
             return ""
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float) -> int | None:
+    """Stops ``proc`` by PID: SIGTERM, wait up to ``timeout``, then SIGKILL. Returns its exit code."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+    return proc.returncode
 
 
 def wait_metric(exporter: Exporter, predicate: Callable[[Metrics], Any], timeout: float, what: str) -> Metrics:
