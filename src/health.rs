@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::index::Resource;
 
@@ -98,10 +99,18 @@ impl ReadResult {
     }
 }
 
+/// A synced watch whose last error is this old, with none since, counts as
+/// up again. kube's watcher resumes a broken watch from its last
+/// resourceVersion without a relist, so nothing else says it recovered in a
+/// quiet cluster; a watch that keeps failing errors at least every 30 s (the
+/// backoff's ceiling).
+pub const QUIET_AFTER_ERROR: Duration = Duration::from_secs(60);
+
 #[derive(Clone, Debug, Default)]
 struct ScopeState {
     synced: bool,
     healthy: bool,
+    last_error_at: Option<Instant>,
     /// The first list finished, or failed in a way retries will not fix
     /// soon (a missing CRD, missing RBAC): readiness stops waiting for it.
     settled: bool,
@@ -139,6 +148,20 @@ impl Health {
         self.events[slot(resource)].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A change arrived on an established watch: a synced watch that failed
+    /// before is flowing again.
+    pub fn on_flow(&self, resource: Resource, scope: &str) {
+        let Ok(mut s) = self.scopes.lock() else {
+            return;
+        };
+        if let Some(st) = s.get_mut(&(resource, scope.to_string())) {
+            if st.synced && !st.healthy {
+                st.healthy = true;
+                st.last_reason = None;
+            }
+        }
+    }
+
     /// Marks a watch synced and healthy; returns true when it was not before.
     pub fn on_synced(&self, resource: Resource, scope: &str) -> bool {
         let Ok(mut s) = self.scopes.lock() else {
@@ -165,6 +188,7 @@ impl Health {
         let st = s.entry((resource, scope.to_string())).or_default();
         let first = st.healthy || st.last_reason != Some(reason);
         st.healthy = false;
+        st.last_error_at = Some(Instant::now());
         if !st.synced
             && matches!(
                 reason,
@@ -189,6 +213,12 @@ impl Health {
     /// True while every scope of `resource` is synced and healthy. A
     /// resource with no watch (not configured) is not up.
     pub fn watch_up(&self, resource: Resource) -> bool {
+        self.watch_up_at(resource, Instant::now())
+    }
+
+    /// [`Health::watch_up`] at `now`: a synced scope whose last error is
+    /// older than [`QUIET_AFTER_ERROR`] counts as healthy again.
+    pub fn watch_up_at(&self, resource: Resource, now: Instant) -> bool {
         let Ok(s) = self.scopes.lock() else {
             return false;
         };
@@ -196,7 +226,10 @@ impl Health {
         for ((r, _), st) in s.iter() {
             if *r == resource {
                 any = true;
-                if !(st.synced && st.healthy) {
+                let quiet = st
+                    .last_error_at
+                    .is_some_and(|t| now.saturating_duration_since(t) >= QUIET_AFTER_ERROR);
+                if !(st.synced && (st.healthy || quiet)) {
                     return false;
                 }
             }
@@ -242,5 +275,62 @@ impl Health {
             .position(|r| *r == result)
             .unwrap_or(0);
         self.pod_reads[i].load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resumed_watch_counts_as_up_again() {
+        let h = Health::new();
+        let r = Resource::Leases;
+        h.register(r, "");
+        assert!(!h.watch_up(r), "not up before the first list");
+        assert!(!h.ready());
+        h.on_synced(r, "");
+        assert!(h.watch_up(r) && h.ready());
+        assert!(
+            h.on_error(r, "", ErrorReason::Transport),
+            "the first error of an episode is logged"
+        );
+        assert!(
+            !h.on_error(r, "", ErrorReason::Transport),
+            "repeats are not"
+        );
+        assert!(!h.watch_up(r));
+        // Quiet since the error: the watcher resumed without a relist.
+        let later = Instant::now() + QUIET_AFTER_ERROR + Duration::from_secs(1);
+        assert!(h.watch_up_at(r, later));
+        // Or a change flows on the resumed watch.
+        h.on_flow(r, "");
+        assert!(h.watch_up(r));
+        assert_eq!(h.errors(r, ErrorReason::Transport), 2);
+    }
+
+    #[test]
+    fn a_watch_that_never_listed_is_never_up_but_settles_readiness_on_404_and_403() {
+        let h = Health::new();
+        h.register(Resource::TerraformMachinePools, "");
+        h.register(Resource::Pods, "");
+        h.register(Resource::Leases, "");
+        h.on_synced(Resource::Leases, "");
+        h.on_error(Resource::TerraformMachinePools, "", ErrorReason::NotFound);
+        assert!(!h.ready(), "pods have not listed yet");
+        h.on_error(Resource::Pods, "", ErrorReason::ServerError);
+        assert!(!h.ready(), "a 500 is worth waiting for");
+        h.on_error(Resource::Pods, "", ErrorReason::Forbidden);
+        assert!(h.ready());
+        let later = Instant::now() + QUIET_AFTER_ERROR * 2;
+        assert!(
+            !h.watch_up_at(Resource::TerraformMachinePools, later),
+            "never synced"
+        );
+        h.on_flow(Resource::Pods, "");
+        assert!(
+            !h.watch_up(Resource::Pods),
+            "flow without a first list is not up"
+        );
     }
 }

@@ -119,8 +119,12 @@ impl Ingest {
                     );
                 }
             }
-            Event::Apply(c) => shared.update(|ix, now| ix.apply(resource, c, now)),
+            Event::Apply(c) => {
+                shared.health.on_flow(resource, self.scope());
+                shared.update(|ix, now| ix.apply(resource, c, now))
+            }
             Event::Delete(c) => {
+                shared.health.on_flow(resource, self.scope());
                 let gone = Change {
                     key: c.key,
                     entry: None,

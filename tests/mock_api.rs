@@ -62,14 +62,18 @@ fn status(code: u16, reason: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": reason, "reason": reason, "code": code})
 }
 
-type FrameSender = mpsc::Sender<Result<Frame<Bytes>, Infallible>>;
+type FrameSender = mpsc::Sender<Result<Frame<Bytes>, BodyError>>;
 
 /// How the scripted server answers one request.
 enum Reply {
     Json(u16, Value),
     /// A watch: these events, then either hang open or end (a dropped connection).
     Watch(Vec<Value>, bool),
+    /// A watch whose connection breaks after these events (a transport error).
+    WatchBroken(Vec<Value>),
 }
+
+type BodyError = std::io::Error;
 
 type Script = dyn Fn(&str, bool, usize) -> Reply + Send + Sync;
 
@@ -93,7 +97,7 @@ impl FakeApi {
         }
     }
 
-    fn handle(&self, req: Request<kube::client::Body>) -> Response<BoxBody<Bytes, Infallible>> {
+    fn handle(&self, req: Request<kube::client::Body>) -> Response<BoxBody<Bytes, BodyError>> {
         let path = req.uri().path().to_string();
         let query = req.uri().query().unwrap_or("").to_string();
         self.log
@@ -111,25 +115,41 @@ impl FakeApi {
             Reply::Json(code, v) => Response::builder()
                 .status(code)
                 .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(v.to_string())).boxed())
+                .body(
+                    Full::new(Bytes::from(v.to_string()))
+                        .map_err(|never| match never {})
+                        .boxed(),
+                )
                 .unwrap(),
-            Reply::Watch(events, hang) => {
-                let (tx, rx) = mpsc::channel(64);
-                for ev in events {
-                    tx.try_send(Ok(Frame::data(Bytes::from(format!("{ev}\n")))))
-                        .unwrap();
-                }
-                if hang {
-                    self.open.lock().unwrap().push(tx);
-                }
-                let stream = tokio_stream(rx);
-                Response::builder()
-                    .status(200)
-                    .header("content-type", "application/json")
-                    .body(BodyExt::boxed(StreamBody::new(stream)))
-                    .unwrap()
-            }
+            Reply::Watch(events, hang) => self.watch_response(events, hang, false),
+            Reply::WatchBroken(events) => self.watch_response(events, false, true),
         }
+    }
+
+    fn watch_response(
+        &self,
+        events: Vec<Value>,
+        hang: bool,
+        broken: bool,
+    ) -> Response<BoxBody<Bytes, BodyError>> {
+        let (tx, rx) = mpsc::channel(64);
+        for ev in events {
+            tx.try_send(Ok(Frame::data(Bytes::from(format!("{ev}\n")))))
+                .unwrap();
+        }
+        if broken {
+            let reset =
+                std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+            tx.try_send(Err(reset)).unwrap();
+        }
+        if hang {
+            self.open.lock().unwrap().push(tx);
+        }
+        Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(BodyExt::boxed(StreamBody::new(tokio_stream(rx))))
+            .unwrap()
     }
 
     fn client(&self) -> kube::Client {
@@ -159,8 +179,8 @@ impl FakeApi {
 }
 
 fn tokio_stream(
-    rx: mpsc::Receiver<Result<Frame<Bytes>, Infallible>>,
-) -> impl futures::Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + Sync + 'static {
+    rx: mpsc::Receiver<Result<Frame<Bytes>, BodyError>>,
+) -> impl futures::Stream<Item = Result<Frame<Bytes>, BodyError>> + Send + Sync + 'static {
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) })
 }
 
@@ -557,6 +577,55 @@ async fn force_unlocks_are_counted_once_and_the_field_selector_falls_back() {
     assert!(
         !event_lists[1].contains("fieldSelector"),
         "falls back after a 400: {event_lists:?}"
+    );
+    api.assert_only_get();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_watch_resumes_without_relist_and_is_up_again() {
+    let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
+        (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
+        // The connection breaks mid-watch: a transport error, not a 410.
+        (LEASES, true, 1) => Reply::WatchBroken(vec![]),
+        // The watcher resumes from the same resourceVersion; a change flows.
+        (LEASES, true, _) => Reply::Watch(
+            vec![json!({"type": "MODIFIED", "object": lease("a", None, 6)})],
+            true,
+        ),
+        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
+        (PODS, true, _) => Reply::Watch(vec![], true),
+        _ => not_served(),
+    });
+    let shared = start(&api);
+    let text = wait_for(&shared, "the release after the resumed watch", 15, |t| {
+        t.contains(
+            "captf_state_lock_held{namespace=\"ns1\",kind=\"TerraformMachine\",name=\"a\"} 0",
+        )
+    })
+    .await;
+    assert!(
+        value(
+            &text,
+            "captf_lock_exporter_watch_errors_total{resource=\"leases\",reason=\"transport\"}"
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    assert!(
+        text.contains("captf_lock_exporter_watch_up{resource=\"leases\"} 1"),
+        "a resumed watch is up again once changes flow:\n{text}"
+    );
+    assert_eq!(api.calls(LEASES, false), 1, "resumed, not relisted");
+    let log = api.log.lock().unwrap().clone();
+    let watches: Vec<&String> = log
+        .iter()
+        .filter(|(_, p)| p.starts_with(LEASES) && p.contains("watch=true"))
+        .map(|(_, p)| p)
+        .collect();
+    assert!(
+        watches.len() >= 2 && watches[1].contains("resourceVersion=5"),
+        "{watches:?}"
     );
     api.assert_only_get();
 }
