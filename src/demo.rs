@@ -171,7 +171,7 @@ fn pod_gone(name: &str, sim: &Sim) -> Change {
 }
 
 fn force_unlocked(event_name: &str, kind: Kind, name: &str, occurrences: u64) -> Change {
-    let now = crate::index::entries_unix_now();
+    let now = crate::index::unix_now();
     let ev = ForceUnlockEvent {
         namespace: NS.into(),
         kind: kind.as_str().into(),

@@ -20,7 +20,7 @@ pub use entries::{
 pub use resource::Resource;
 
 /// Now as Unix seconds.
-pub fn entries_unix_now() -> f64 {
+pub fn unix_now() -> f64 {
     unix_seconds(SystemTime::now())
 }
 
