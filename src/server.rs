@@ -57,8 +57,8 @@ pub fn handle(
                 Err(_) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, "encoding failed\n"),
             }
         }
-        "/healthz" | "/livez" => reply(StatusCode::OK, TEXT, "ok\n"),
-        "/readyz" => {
+        "/healthz" | "/livez" | "/live" => reply(StatusCode::OK, TEXT, "ok\n"),
+        "/readyz" | "/ready" => {
             if shared.health.ready() {
                 reply(StatusCode::OK, TEXT, "ready\n")
             } else {
@@ -130,5 +130,48 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                 tracing::debug!(error = %err, "connection error");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn content_type(r: &Response<Full<Bytes>>) -> &str {
+        r.headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    #[test]
+    fn routes_methods_and_negotiation() {
+        let (shared, _rx) = Shared::new();
+        let get = |path: &str, accept: Option<&str>| handle(&shared, &Method::GET, path, accept);
+        assert_eq!(get("/healthz", None).status(), StatusCode::OK);
+        assert_eq!(get("/live", None).status(), StatusCode::OK);
+        // No watch has listed yet.
+        assert_eq!(
+            get("/readyz", None).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(get("/nope", None).status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            handle(&shared, &Method::POST, "/metrics", None).status(),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        let om = get("/metrics", None);
+        assert_eq!(content_type(&om), crate::metrics::OPENMETRICS_CONTENT_TYPE);
+        // What Prometheus 2 sends: OpenMetrics preferred.
+        let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(
+            content_type(&get("/metrics", Some(prom))),
+            crate::metrics::OPENMETRICS_CONTENT_TYPE
+        );
+        let text = get("/metrics", Some("text/plain; version=0.0.4"));
+        assert_eq!(content_type(&text), crate::metrics::PROMETHEUS_CONTENT_TYPE);
+        shared.health.register(crate::index::Resource::Leases, "");
+        shared.health.on_synced(crate::index::Resource::Leases, "");
+        assert_eq!(get("/ready", None).status(), StatusCode::OK);
     }
 }
