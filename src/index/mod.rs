@@ -129,8 +129,14 @@ pub struct Index {
     /// that are history, not new force-unlocks.
     events_baselined: HashSet<String>,
     /// Force-unlock counters per (namespace, regarding kind, regarding name).
-    force_unlocks: HashMap<(String, String, String), ForceUnlocks>,
+    force_unlocks: HashMap<ObjectRef, ForceUnlocks>,
+    /// How many stored Events name each object: a counter outlives its
+    /// object only while an Event still names it.
+    event_refs: HashMap<ObjectRef, usize>,
 }
+
+/// (namespace, kind, name) of an object an Event names.
+type ObjectRef = (String, String, String);
 
 impl Index {
     /// An empty index.
@@ -178,7 +184,7 @@ impl Index {
             let scope = namespace.unwrap_or("").to_string();
             let counting = self.events_baselined.contains(&scope);
             for key in stale {
-                self.force_unlock_events.remove(&key);
+                self.remove_event(&key);
             }
             for change in changes {
                 self.apply_event(change, counting);
@@ -271,13 +277,19 @@ impl Index {
     /// first list) it only records the Event and its time.
     fn apply_event(&mut self, change: Change, counting: bool) {
         let Some(Entry::ForceUnlock(ev)) = change.entry else {
-            self.force_unlock_events.remove(&change.key);
+            self.remove_event(&change.key);
             return;
         };
-        let before = self
-            .force_unlock_events
-            .get(&change.key)
-            .map(|e| e.occurrences);
+        let previous = self.force_unlock_events.get(&change.key);
+        let before = previous.map(|e| e.occurrences);
+        let old_ref = previous.map(|e| (e.namespace.clone(), e.kind.clone(), e.name.clone()));
+        let new_ref = (ev.namespace.clone(), ev.kind.clone(), ev.name.clone());
+        if old_ref.as_ref() != Some(&new_ref) {
+            *self.event_refs.entry(new_ref).or_default() += 1;
+            if let Some(old) = old_ref {
+                self.release_event_ref(old);
+            }
+        }
         let new = match before {
             Some(b) => ev.occurrences.saturating_sub(b),
             None if counting => ev.occurrences,
@@ -292,6 +304,40 @@ impl Index {
         let occurrences = before.map_or(ev.occurrences, |b| b.max(ev.occurrences));
         self.force_unlock_events
             .insert(change.key, ForceUnlockEvent { occurrences, ..ev });
+    }
+
+    fn remove_event(&mut self, key: &NsName) {
+        if let Some(old) = self.force_unlock_events.remove(key) {
+            self.release_event_ref((old.namespace, old.kind, old.name));
+        }
+    }
+
+    fn release_event_ref(&mut self, obj: ObjectRef) {
+        if let Some(n) = self.event_refs.get_mut(&obj) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.event_refs.remove(&obj);
+                self.gc_force_unlocks(&obj);
+            }
+        }
+    }
+
+    /// Drops the counter of an object that is gone and that no stored Event
+    /// names any more, so deleted objects do not leave series behind.
+    fn gc_force_unlocks(&mut self, obj: &ObjectRef) {
+        if self.event_refs.contains_key(obj) || self.object_known(obj) {
+            return;
+        }
+        self.force_unlocks.remove(obj);
+    }
+
+    /// A watched object, or a lock Lease, of that kind and name.
+    fn object_known(&self, (ns, kind, name): &ObjectRef) -> bool {
+        let Some(kind) = Kind::from_kind(kind) else {
+            return false;
+        };
+        let key = (ns.clone(), state_suffix(ns, kind, name));
+        self.objects.contains_key(&key) || self.locks.contains_key(&key)
     }
 
     /// The force-unlock counter of an object (zero when none was seen).
@@ -326,6 +372,8 @@ impl Index {
                     fx.class_changes
                         .push(self.change_record(&key, &old, old_class, None, now));
                 }
+                let (kind, name) = self.display_owner(&key, &old);
+                self.gc_force_unlocks(&(key.0.clone(), kind.to_string(), name));
             }
             return;
         };
@@ -363,6 +411,7 @@ impl Index {
             }
         }
         let suffix = state_suffix(&namespace, kind, &name);
+        let deleted = !matches!(change.entry, Some(Entry::Object(_)));
         if let Some(Entry::Object(obj)) = change.entry {
             if let Some(tc) = obj.cluster {
                 if let Some(label) = obj.cluster_label.clone() {
@@ -382,6 +431,9 @@ impl Index {
             self.object_suffix.insert(id, suffix.clone());
             self.objects
                 .insert((namespace.clone(), suffix.clone()), obj);
+        }
+        if deleted {
+            self.gc_force_unlocks(&(namespace.clone(), kind.as_str().to_string(), name));
         }
         // Own-pod recognition needs the object's full name: reclassify its lock.
         let key = (namespace, suffix);

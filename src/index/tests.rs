@@ -539,7 +539,9 @@ fn force_unlocks_count_each_event_and_series_increase_once() {
         t0(),
     );
     assert_eq!(total(&ix, "web"), 4);
-    assert_eq!(total(&ix, "ghost"), 1, "a deleted Event does not uncount");
+    // e2, the only Event naming the unknown object "ghost", is gone: so is
+    // its counter (no series left behind); see the next test for known ones.
+    assert_eq!(total(&ix, "ghost"), 0);
     assert_eq!(
         ix.force_unlocks_of(NS, "TerraformMachine", "web").last_seen,
         Some(500.0)
@@ -611,4 +613,41 @@ fn overdue_is_reported_once_per_lock() {
     assert!(ix
         .newly_overdue(t0() + Duration::from_secs(1000))
         .is_empty());
+}
+
+#[test]
+fn counters_of_deleted_objects_go_when_no_event_names_them() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    let count = |ix: &Index| {
+        let mut n = 0;
+        ix.for_each_force_unlock(|_, _, name, _| n += usize::from(name == "web"));
+        n
+    };
+    ix.resync(Resource::Events, None, vec![], t0());
+    ix.apply(
+        Resource::TerraformMachines,
+        object(m, "web", None, None, None),
+        t0(),
+    );
+    ix.apply(Resource::Events, fu_event("e1", "web", 1, 1.0), t0());
+    ix.apply(Resource::Events, fu_event("e2", "web", 1, 2.0), t0());
+    assert_eq!(ix.force_unlocks_of(NS, "TerraformMachine", "web").total, 2);
+    // The object goes; its Events still name it: the counter stays.
+    ix.apply(Resource::TerraformMachines, gone("web"), t0());
+    assert_eq!(count(&ix), 1);
+    ix.apply(Resource::Events, gone("e1"), t0());
+    assert_eq!(count(&ix), 1, "e2 still names it");
+    // The last Event expires: nothing names the object any more.
+    ix.apply(Resource::Events, gone("e2"), t0());
+    assert_eq!(count(&ix), 0);
+    // A known object keeps its counter when its Events expire.
+    ix.apply(
+        Resource::TerraformMachines,
+        object(m, "db", None, None, None),
+        t0(),
+    );
+    ix.apply(Resource::Events, fu_event("e3", "db", 1, 3.0), t0());
+    ix.apply(Resource::Events, gone("e3"), t0());
+    assert_eq!(ix.force_unlocks_of(NS, "TerraformMachine", "db").total, 1);
 }
