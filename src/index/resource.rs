@@ -55,13 +55,4 @@ impl Resource {
             _ => None,
         }
     }
-
-    /// The resource of a Terraform* kind.
-    pub fn of_kind(kind: Kind) -> Resource {
-        match kind {
-            Kind::TerraformCluster => Resource::TerraformClusters,
-            Kind::TerraformMachine => Resource::TerraformMachines,
-            Kind::TerraformMachinePool => Resource::TerraformMachinePools,
-        }
-    }
 }
