@@ -112,8 +112,6 @@ type LockKey = (String, String);
 pub struct Index {
     locks: HashMap<LockKey, LockLease>,
     objects: HashMap<LockKey, TfObject>,
-    /// Suffix of each object by (namespace, name, kind), to delete by key.
-    object_suffix: HashMap<(String, String, Kind), String>,
     clusters: HashMap<NsName, TerraformCluster>,
     /// TerraformCluster names per (namespace, cluster-name label).
     clusters_by_label: HashMap<NsName, Vec<String>>,
@@ -262,10 +260,10 @@ impl Index {
             | Resource::TerraformMachines
             | Resource::TerraformMachinePools => {
                 let kind = resource.kind();
-                self.object_suffix
-                    .keys()
-                    .filter(|(_, _, k)| Some(*k) == kind)
-                    .map(|(ns, name, _)| (ns.clone(), name.clone()))
+                self.objects
+                    .iter()
+                    .filter(|(_, o)| Some(o.kind) == kind)
+                    .map(|((ns, _), o)| (ns.clone(), o.name.clone()))
                     .collect()
             }
             Resource::Events => self.force_unlock_events.keys().cloned().collect(),
@@ -401,16 +399,15 @@ impl Index {
     ) {
         let Some(kind) = resource.kind() else { return };
         let (namespace, name) = change.key;
-        let id = (namespace.clone(), name.clone(), kind);
-        if let Some(old_suffix) = self.object_suffix.remove(&id) {
-            self.objects.remove(&(namespace.clone(), old_suffix));
-        }
+        // The suffix is a function of (namespace, kind, name): an update or
+        // deletion lands on the same key.
+        let suffix = state_suffix(&namespace, kind, &name);
+        self.objects.remove(&(namespace.clone(), suffix.clone()));
         if kind == Kind::TerraformCluster {
             if let Some(old) = self.clusters.remove(&(namespace.clone(), name.clone())) {
                 self.unindex_cluster_label(&namespace, &name, old.cluster_label.as_deref());
             }
         }
-        let suffix = state_suffix(&namespace, kind, &name);
         let deleted = !matches!(change.entry, Some(Entry::Object(_)));
         if let Some(Entry::Object(obj)) = change.entry {
             if let Some(tc) = obj.cluster {
@@ -428,7 +425,6 @@ impl Index {
                     },
                 );
             }
-            self.object_suffix.insert(id, suffix.clone());
             self.objects
                 .insert((namespace.clone(), suffix.clone()), obj);
         }

@@ -109,26 +109,9 @@ class ManagedProcess:
 class E2EExporter(Exporter):
     """The harness ``Exporter``, started with the flags of the brief (``--log-level info``)."""
 
-    def start(self) -> "E2EExporter":
-        if not os.access(self.binary, os.X_OK):
-            raise FileNotFoundError(f"exporter binary {self.binary} not found or not executable "
-                                    "(build it with `cargo build`, or set EXPORTER_BIN)")
-        self.port = free_port()
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_"))
-               and k not in ("KUBECONFIG", "RUST_LOG")}
-        env["KUBECONFIG"] = str(self.kubeconfig)
-        env.setdefault("RUST_BACKTRACE", "1")
-        self.argv = [self.binary, "--kubeconfig", str(self.kubeconfig),
-                     "--listen-address", f"127.0.0.1:{self.port}",
-                     "--log-format", "json", "--log-level", os.environ.get("E2E_EXPORTER_LOG_LEVEL", "info"),
-                     *self.extra_args]
-        self._log = open(self.log_path, "ab")
-        self._log.write(("$ " + " ".join(self.argv) + "\n").encode())
-        self._log.flush()
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env)
-        return self
+    def __init__(self, binary: str, kubeconfig: Path, log_path: Path) -> None:
+        super().__init__(binary, kubeconfig, log_path,
+                         log_level=os.environ.get("E2E_EXPORTER_LOG_LEVEL", "info"))
 
     @property
     def pid(self) -> int | None:

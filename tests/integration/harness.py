@@ -716,11 +716,13 @@ class Metrics:
 class Exporter:
     """The captf-lock-exporter binary as a subprocess."""
 
-    def __init__(self, binary: str, kubeconfig: Path, log_path: Path, extra_args: Iterable[str] = ()):
+    def __init__(self, binary: str, kubeconfig: Path, log_path: Path, extra_args: Iterable[str] = (),
+                 log_level: str = "debug"):
         self.binary = binary
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.extra_args = list(extra_args)
+        self.log_level = log_level
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = None
@@ -742,7 +744,7 @@ class Exporter:
         env.setdefault("RUST_BACKTRACE", "1")
         self.argv = [self.binary, "--kubeconfig", str(self.kubeconfig),
                      "--listen-address", f"127.0.0.1:{self.port}",
-                     "--log-format", "json", "--log-level", "debug", *self.extra_args]
+                     "--log-format", "json", "--log-level", self.log_level, *self.extra_args]
         self._log = open(self.log_path, "ab")
         self._log.write(("$ " + " ".join(self.argv) + "\n").encode())
         self._log.flush()
