@@ -194,7 +194,7 @@ impl Feeds {
         let ingest = self
             .by_resource
             .entry(resource)
-            .or_insert_with(|| Ingest::new(resource, None));
+            .or_insert_with(|| Ingest::new(shared, resource, None));
         ingest.event(shared, ev);
     }
 

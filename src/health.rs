@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
+
+use tokio::time::Instant;
 
 use crate::index::Resource;
 
@@ -27,13 +29,15 @@ pub enum ErrorReason {
     Transport,
     /// A response that could not be decoded.
     Decode,
+    /// A request that got no answer in time.
+    Timeout,
     /// Anything else.
     Other,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 9] = [
+    pub const ALL: [ErrorReason; 10] = [
         ErrorReason::NotFound,
         ErrorReason::Forbidden,
         ErrorReason::Unauthorized,
@@ -42,6 +46,7 @@ impl ErrorReason {
         ErrorReason::ServerError,
         ErrorReason::Transport,
         ErrorReason::Decode,
+        ErrorReason::Timeout,
         ErrorReason::Other,
     ];
 
@@ -56,6 +61,7 @@ impl ErrorReason {
             ErrorReason::ServerError => "server_error",
             ErrorReason::Transport => "transport",
             ErrorReason::Decode => "decode",
+            ErrorReason::Timeout => "timeout",
             ErrorReason::Other => "other",
         }
     }
@@ -99,28 +105,59 @@ impl ReadResult {
     }
 }
 
-/// A synced watch whose last error is this old, with none since, counts as
-/// up again. kube's watcher resumes a broken watch from its last
-/// resourceVersion without a relist, so nothing else says it recovered in a
-/// quiet cluster; a watch that keeps failing errors at least every 30 s (the
-/// backoff's ceiling).
-pub const QUIET_AFTER_ERROR: Duration = Duration::from_secs(60);
+/// One registered watch: a resource in one namespace scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WatchId(usize);
 
-#[derive(Clone, Debug, Default)]
-struct ScopeState {
+#[derive(Clone, Debug)]
+struct WatchState {
+    resource: Resource,
+    scope: String,
+    /// A first list has finished at some point.
     synced: bool,
-    healthy: bool,
-    last_error_at: Option<Instant>,
+    /// The last list or watch request succeeded and its stream is alive.
+    up: bool,
     /// The first list finished, or failed in a way retries will not fix
     /// soon (a missing CRD, missing RBAC): readiness stops waiting for it.
     settled: bool,
+    /// When a request of this watch last succeeded (list, watch start,
+    /// event or bookmark).
+    last_success: Option<(Instant, SystemTime)>,
+    /// When the current failure episode began.
+    down_since: Option<Instant>,
     last_reason: Option<ErrorReason>,
 }
 
+/// A watch that is not up, for `/readyz` and the status page.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NotUp {
+    /// The resource.
+    pub resource: Resource,
+    /// Its namespace scope ("" for all namespaces).
+    pub scope: String,
+    /// How long since its last success; None when it never succeeded.
+    pub since_success: Option<Duration>,
+    /// Why it last failed, if it did.
+    pub reason: Option<ErrorReason>,
+}
+
+/// What a success changed, so the caller logs a recovery once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Success {
+    /// It was up already, or had not failed since its last success.
+    Steady,
+    /// It had failed and is up again after this long.
+    Recovered(Duration),
+}
+
 /// Health of every watch, one entry per (resource, namespace scope).
+///
+/// `watch_up` means "the last request of this watch succeeded and its
+/// stream is alive": it drops on the first failure and returns on the next
+/// success, so data that stopped flowing is never reported as fresh.
 #[derive(Debug, Default)]
 pub struct Health {
-    scopes: Mutex<HashMap<(Resource, String), ScopeState>>,
+    watches: Mutex<Vec<WatchState>>,
     events: [AtomicU64; 7],
     errors: Mutex<HashMap<(Resource, ErrorReason), u64>>,
     pod_reads: [AtomicU64; 3],
@@ -136,11 +173,44 @@ impl Health {
         Self::default()
     }
 
-    /// Declares a watch so it counts for readiness before its first event.
-    pub fn register(&self, resource: Resource, scope: &str) {
-        if let Ok(mut s) = self.scopes.lock() {
-            s.entry((resource, scope.to_string())).or_default();
+    fn with<T>(&self, f: impl FnOnce(&mut Vec<WatchState>) -> T) -> T {
+        match self.watches.lock() {
+            Ok(mut w) => f(&mut w),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
         }
+    }
+
+    /// Declares a watch so it counts for readiness before its first event.
+    /// Registering the same (resource, scope) twice returns the same id.
+    pub fn register(&self, resource: Resource, scope: &str) -> WatchId {
+        self.with(|w| {
+            if let Some(i) = w
+                .iter()
+                .position(|s| s.resource == resource && s.scope == scope)
+            {
+                return WatchId(i);
+            }
+            w.push(WatchState {
+                resource,
+                scope: scope.to_string(),
+                synced: false,
+                up: false,
+                settled: false,
+                last_success: None,
+                down_since: None,
+                last_reason: None,
+            });
+            WatchId(w.len() - 1)
+        })
+    }
+
+    /// The resource and scope of a watch.
+    pub fn describe(&self, id: WatchId) -> (Resource, String) {
+        self.with(|w| {
+            w.get(id.0)
+                .map(|s| (s.resource, s.scope.clone()))
+                .unwrap_or((Resource::Leases, String::new()))
+        })
     }
 
     /// Counts one watch event.
@@ -148,57 +218,75 @@ impl Health {
         self.events[slot(resource)].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A change arrived on an established watch: a synced watch that failed
-    /// before is flowing again.
-    pub fn on_flow(&self, resource: Resource, scope: &str) {
-        let Ok(mut s) = self.scopes.lock() else {
-            return;
-        };
-        if let Some(st) = s.get_mut(&(resource, scope.to_string())) {
-            if st.synced && !st.healthy {
-                st.healthy = true;
-                st.last_reason = None;
+    /// A request of the watch succeeded (a list page, a watch that opened,
+    /// an event or a bookmark on it).
+    pub fn on_success(&self, id: WatchId) -> Success {
+        let now = Instant::now();
+        self.with(|w| {
+            let Some(st) = w.get_mut(id.0) else {
+                return Success::Steady;
+            };
+            st.last_success = Some((now, SystemTime::now()));
+            st.last_reason = None;
+            let was = st.down_since.take();
+            st.up = true;
+            match was {
+                Some(t) => Success::Recovered(now.saturating_duration_since(t)),
+                None => Success::Steady,
             }
+        })
+    }
+
+    /// A first list (or a relist) finished: the watch holds the whole truth.
+    pub fn on_synced(&self, id: WatchId) -> Success {
+        let first = self.with(|w| {
+            w.get_mut(id.0).map(|st| {
+                let first = !st.synced;
+                st.synced = true;
+                st.settled = true;
+                first
+            })
+        });
+        match (self.on_success(id), first) {
+            (Success::Steady, Some(true)) => Success::Steady,
+            (s, _) => s,
         }
     }
 
-    /// Marks a watch synced and healthy; returns true when it was not before.
-    pub fn on_synced(&self, resource: Resource, scope: &str) -> bool {
-        let Ok(mut s) = self.scopes.lock() else {
-            return false;
-        };
-        let st = s.entry((resource, scope.to_string())).or_default();
-        let changed = !st.healthy;
-        st.synced = true;
-        st.healthy = true;
-        st.settled = true;
-        st.last_reason = None;
-        changed
+    /// Counts an error that does not interrupt the watch (one undecodable
+    /// event on a live stream).
+    pub fn count_error(&self, resource: Resource, reason: ErrorReason) {
+        match self.errors.lock() {
+            Ok(mut e) => *e.entry((resource, reason)).or_default() += 1,
+            Err(p) => *p.into_inner().entry((resource, reason)).or_default() += 1,
+        }
     }
 
-    /// Records a watch error; returns true when the watch was healthy before
-    /// or failed for another reason (so the caller logs once per episode).
-    pub fn on_error(&self, resource: Resource, scope: &str, reason: ErrorReason) -> bool {
-        if let Ok(mut e) = self.errors.lock() {
-            *e.entry((resource, reason)).or_default() += 1;
+    /// Records a failed request; returns true when it starts a failure
+    /// episode or changes its reason (so the caller logs once per episode).
+    pub fn on_error(&self, id: WatchId, reason: ErrorReason) -> bool {
+        let now = Instant::now();
+        if let Some(resource) = self.with(|w| w.get(id.0).map(|s| s.resource)) {
+            self.count_error(resource, reason);
         }
-        let Ok(mut s) = self.scopes.lock() else {
-            return true;
-        };
-        let st = s.entry((resource, scope.to_string())).or_default();
-        let first = st.healthy || st.last_reason != Some(reason);
-        st.healthy = false;
-        st.last_error_at = Some(Instant::now());
-        if !st.synced
-            && matches!(
-                reason,
-                ErrorReason::NotFound | ErrorReason::Forbidden | ErrorReason::Unauthorized
-            )
-        {
-            st.settled = true;
-        }
-        st.last_reason = Some(reason);
-        first
+        self.with(|w| {
+            let Some(st) = w.get_mut(id.0) else {
+                return false;
+            };
+            let first = st.down_since.is_none() || st.last_reason != Some(reason);
+            st.up = false;
+            st.down_since.get_or_insert(now);
+            if !st.synced
+                && matches!(
+                    reason,
+                    ErrorReason::NotFound | ErrorReason::Forbidden | ErrorReason::Unauthorized
+                )
+            {
+                st.settled = true;
+            }
+            st.last_reason = Some(reason);
+            first
+        })
     }
 
     /// Counts one live pod read.
@@ -210,48 +298,68 @@ impl Health {
         self.pod_reads[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// True while every scope of `resource` is synced and healthy. A
-    /// resource with no watch (not configured) is not up.
+    /// True while every scope of `resource` has listed once and its last
+    /// request succeeded. A resource with no watch is not up.
     pub fn watch_up(&self, resource: Resource) -> bool {
-        self.watch_up_at(resource, Instant::now())
-    }
-
-    /// [`Health::watch_up`] at `now`: a synced scope whose last error is
-    /// older than [`QUIET_AFTER_ERROR`] counts as healthy again.
-    pub fn watch_up_at(&self, resource: Resource, now: Instant) -> bool {
-        let Ok(s) = self.scopes.lock() else {
-            return false;
-        };
-        let mut any = false;
-        for ((r, _), st) in s.iter() {
-            if *r == resource {
+        self.with(|w| {
+            let mut any = false;
+            for st in w.iter().filter(|s| s.resource == resource) {
                 any = true;
-                let quiet = st
-                    .last_error_at
-                    .is_some_and(|t| now.saturating_duration_since(t) >= QUIET_AFTER_ERROR);
-                if !(st.synced && (st.healthy || quiet)) {
+                if !(st.synced && st.up) {
                     return false;
                 }
             }
-        }
-        any
+            any
+        })
+    }
+
+    /// The oldest "last success" across the scopes of `resource`: how old
+    /// its data may be. None until every scope has succeeded once.
+    pub fn last_success(&self, resource: Resource) -> Option<SystemTime> {
+        self.with(|w| {
+            let mut oldest: Option<SystemTime> = None;
+            let mut any = false;
+            for st in w.iter().filter(|s| s.resource == resource) {
+                any = true;
+                let (_, at) = st.last_success?;
+                oldest = Some(oldest.map_or(at, |o| o.min(at)));
+            }
+            if any {
+                oldest
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Every watch that is not up, in registration order.
+    pub fn not_up(&self) -> Vec<NotUp> {
+        let now = Instant::now();
+        self.with(|w| {
+            w.iter()
+                .filter(|s| !(s.synced && s.up))
+                .map(|s| NotUp {
+                    resource: s.resource,
+                    scope: s.scope.clone(),
+                    since_success: s
+                        .last_success
+                        .map(|(t, _)| now.saturating_duration_since(t)),
+                    reason: s.last_reason,
+                })
+                .collect()
+        })
     }
 
     /// True when `resource` is watched at all.
     pub fn is_watched(&self, resource: Resource) -> bool {
-        self.scopes
-            .lock()
-            .map(|s| s.keys().any(|(r, _)| *r == resource))
-            .unwrap_or(false)
+        self.with(|w| w.iter().any(|s| s.resource == resource))
     }
 
     /// Ready once every watch has finished its first list, or has settled
     /// on an error a retry will not fix soon (reported via watch_up 0).
+    /// Start-up only: later failures show in watch_up, not here.
     pub fn ready(&self) -> bool {
-        self.scopes
-            .lock()
-            .map(|s| !s.is_empty() && s.values().all(|st| st.settled))
-            .unwrap_or(false)
+        self.with(|w| !w.is_empty() && w.iter().all(|s| s.settled))
     }
 
     /// Watch events seen for `resource`.
@@ -261,11 +369,14 @@ impl Health {
 
     /// Watch errors seen for `resource` with `reason`.
     pub fn errors(&self, resource: Resource, reason: ErrorReason) -> u64 {
-        self.errors
-            .lock()
-            .ok()
-            .and_then(|e| e.get(&(resource, reason)).copied())
-            .unwrap_or(0)
+        match self.errors.lock() {
+            Ok(e) => e.get(&(resource, reason)).copied().unwrap_or(0),
+            Err(p) => p
+                .into_inner()
+                .get(&(resource, reason))
+                .copied()
+                .unwrap_or(0),
+        }
     }
 
     /// Live pod reads with `result`.
@@ -283,54 +394,71 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_resumed_watch_counts_as_up_again() {
+    fn up_drops_on_the_first_failure_and_returns_on_the_next_success() {
         let h = Health::new();
         let r = Resource::Leases;
-        h.register(r, "");
+        let id = h.register(r, "");
+        assert_eq!(h.register(r, ""), id, "registration is idempotent");
         assert!(!h.watch_up(r), "not up before the first list");
+        assert!(h.last_success(r).is_none());
         assert!(!h.ready());
-        h.on_synced(r, "");
+        h.on_synced(id);
         assert!(h.watch_up(r) && h.ready());
+        assert!(h.last_success(r).is_some());
+        assert!(h.on_error(id, ErrorReason::Timeout), "an episode starts");
+        assert!(!h.on_error(id, ErrorReason::Timeout), "repeats are not");
         assert!(
-            h.on_error(r, "", ErrorReason::Transport),
-            "the first error of an episode is logged"
-        );
-        assert!(
-            !h.on_error(r, "", ErrorReason::Transport),
-            "repeats are not"
+            h.on_error(id, ErrorReason::ServerError),
+            "a new reason is logged"
         );
         assert!(!h.watch_up(r));
-        // Quiet since the error: the watcher resumed without a relist.
-        let later = Instant::now() + QUIET_AFTER_ERROR + Duration::from_secs(1);
-        assert!(h.watch_up_at(r, later));
-        // Or a change flows on the resumed watch.
-        h.on_flow(r, "");
+        assert!(h.ready(), "readiness is about start-up only");
+        let down = h.not_up();
+        assert_eq!(down.len(), 1);
+        assert_eq!(down[0].reason, Some(ErrorReason::ServerError));
+        assert!(matches!(h.on_success(id), Success::Recovered(_)));
         assert!(h.watch_up(r));
-        assert_eq!(h.errors(r, ErrorReason::Transport), 2);
+        assert_eq!(h.on_success(id), Success::Steady);
+        assert!(h.not_up().is_empty());
+        assert_eq!(h.errors(r, ErrorReason::Timeout), 2);
+        assert_eq!(h.errors(r, ErrorReason::ServerError), 1);
+    }
+
+    #[test]
+    fn every_scope_must_be_up_and_the_oldest_success_is_reported() {
+        let h = Health::new();
+        let a = h.register(Resource::Pods, "a");
+        let b = h.register(Resource::Pods, "b");
+        h.on_synced(a);
+        assert!(!h.watch_up(Resource::Pods), "scope b never listed");
+        assert!(h.last_success(Resource::Pods).is_none());
+        h.on_synced(b);
+        assert!(h.watch_up(Resource::Pods));
+        let oldest = h.last_success(Resource::Pods);
+        h.on_success(b);
+        assert_eq!(h.last_success(Resource::Pods), oldest, "a is older");
+        h.on_error(a, ErrorReason::Transport);
+        assert!(!h.watch_up(Resource::Pods));
     }
 
     #[test]
     fn a_watch_that_never_listed_is_never_up_but_settles_readiness_on_404_and_403() {
         let h = Health::new();
-        h.register(Resource::TerraformMachinePools, "");
-        h.register(Resource::Pods, "");
-        h.register(Resource::Leases, "");
-        h.on_synced(Resource::Leases, "");
-        h.on_error(Resource::TerraformMachinePools, "", ErrorReason::NotFound);
+        let pools = h.register(Resource::TerraformMachinePools, "");
+        let pods = h.register(Resource::Pods, "");
+        let leases = h.register(Resource::Leases, "");
+        h.on_synced(leases);
+        h.on_error(pools, ErrorReason::NotFound);
         assert!(!h.ready(), "pods have not listed yet");
-        h.on_error(Resource::Pods, "", ErrorReason::ServerError);
+        h.on_error(pods, ErrorReason::ServerError);
         assert!(!h.ready(), "a 500 is worth waiting for");
-        h.on_error(Resource::Pods, "", ErrorReason::Forbidden);
+        h.on_error(pods, ErrorReason::Forbidden);
         assert!(h.ready());
-        let later = Instant::now() + QUIET_AFTER_ERROR * 2;
-        assert!(
-            !h.watch_up_at(Resource::TerraformMachinePools, later),
-            "never synced"
-        );
-        h.on_flow(Resource::Pods, "");
+        assert!(!h.watch_up(Resource::TerraformMachinePools));
+        h.on_success(pods);
         assert!(
             !h.watch_up(Resource::Pods),
-            "flow without a first list is not up"
+            "a success without a first list is not up"
         );
     }
 }

@@ -15,5 +15,6 @@ pub mod index;
 pub mod metrics;
 pub mod runtime;
 pub mod server;
+pub mod supervise;
 pub mod verify;
 pub mod watch;

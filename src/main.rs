@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use captf_lock_exporter::cli::{Cli, Command, LogFormat};
 use captf_lock_exporter::runtime::Shared;
+use captf_lock_exporter::supervise::{Stopped, Supervisor};
 use captf_lock_exporter::verify::PodSource;
+use captf_lock_exporter::watch::Timing;
 use captf_lock_exporter::{demo, server, verify, watch};
 use clap::Parser;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -22,7 +24,7 @@ fn init_tracing(cli: &Cli) {
     }
 }
 
-/// Why the exporter could not start.
+/// Why the exporter could not start, or stopped.
 #[derive(Debug, thiserror::Error)]
 enum StartError {
     #[error("cannot read --kubeconfig {path}: {source}")]
@@ -43,6 +45,8 @@ enum StartError {
     Client(#[source] kube::Error),
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    #[error("{0}; exiting so that the exporter is restarted")]
+    Stopped(#[from] Stopped),
 }
 
 async fn client(cli: &Cli) -> Result<kube::Client, StartError> {
@@ -66,12 +70,18 @@ async fn client(cli: &Cli) -> Result<kube::Client, StartError> {
         }
         None => kube::Config::infer().await.map_err(StartError::Infer)?,
     };
+    // The client's own retries of 429/503/504 would hide failures from
+    // watch_up and the error counters: the watchers retry with their own
+    // backoff and count every failed request.
+    let mut config = config;
+    config.default_retry = false;
     kube::Client::try_from(config).map_err(StartError::Client)
 }
 
 async fn run(cli: Cli) -> Result<(), StartError> {
     let (shared, confirm_rx) = Shared::new();
     let listener = server::bind(cli.listen_address).await?;
+    let mut tasks = Supervisor::new();
     let source = match cli.command.unwrap_or(Command::Run) {
         Command::Run => {
             let client = client(&cli).await?;
@@ -80,32 +90,40 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             } else {
                 cli.namespaces.iter().cloned().map(Some).collect()
             };
-            watch::spawn_all(client.clone(), shared.clone(), scopes);
+            for (name, task) in
+                watch::spawn_all(client.clone(), shared.clone(), scopes, Timing::DEFAULT)
+            {
+                tasks.adopt(name, task);
+            }
             PodSource::Api(client)
         }
         Command::Demo => {
             let sim = demo::Sim::new();
-            tokio::spawn(demo::run(shared.clone(), sim.clone()));
+            tasks.spawn("demo", demo::run(shared.clone(), sim.clone()));
             tracing::info!("demo mode: simulated cluster, no Kubernetes API calls");
             PodSource::Demo(sim)
         }
     };
-    tokio::spawn(captf_lock_exporter::runtime::watch_overdue(
-        shared.clone(),
-        std::time::Duration::from_secs(1),
-    ));
-    tokio::spawn(verify::run(
-        shared.clone(),
-        source,
-        confirm_rx,
-        cli.pod_recheck_interval,
-    ));
+    tasks.spawn(
+        "overdue checker",
+        captf_lock_exporter::runtime::watch_overdue(
+            shared.clone(),
+            std::time::Duration::from_secs(1),
+        ),
+    );
+    tasks.spawn(
+        "pod verifier",
+        verify::run(shared.clone(), source, confirm_rx, cli.pod_recheck_interval),
+    );
+    tasks.spawn("http server", server::serve(listener, shared.clone()));
     tracing::info!(address = %cli.listen_address, version = shared.version, "serving /metrics, /healthz, /readyz");
     tokio::select! {
-        _ = server::serve(listener, shared) => {}
-        _ = shutdown_signal() => tracing::info!("shutting down"),
+        stopped = tasks.first_stop() => Err(StartError::Stopped(stopped)),
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down");
+            Ok(())
+        }
     }
-    Ok(())
 }
 
 async fn shutdown_signal() {

@@ -16,6 +16,7 @@ use prometheus_client::registry::Registry;
 
 use crate::core::classify::{is_overdue, HolderClass};
 use crate::health::{ErrorReason, ReadResult};
+use crate::index::unix_seconds;
 use crate::index::{ForceUnlocks, Resource};
 use crate::runtime::Shared;
 
@@ -296,12 +297,22 @@ impl Collector for LockCollector {
         gauge(
             &mut enc,
             "captf_lock_exporter_watch_up",
-            "1 while the watch of the resource is synced and healthy.",
+            "1 while every watch of the resource has listed once and its last request succeeded.",
             watched.iter().map(|r| {
                 (
                     vec![("resource", r.as_str())],
                     if health.watch_up(*r) { 1.0 } else { 0.0 },
                 )
+            }),
+        )?;
+        gauge(
+            &mut enc,
+            "captf_lock_exporter_watch_last_success_timestamp_seconds",
+            "Unix time of the last successful request (list, watch start, event or bookmark) of the resource, oldest across namespaces: how old its data may be.",
+            watched.iter().filter_map(|r| {
+                health
+                    .last_success(*r)
+                    .map(|t| (vec![("resource", r.as_str())], unix_seconds(t)))
             }),
         )?;
         counter(
@@ -445,9 +456,9 @@ pub fn status_page(shared: &Shared) -> String {
         .filter(|r| shared.health.is_watched(*r))
     {
         let state = if shared.health.watch_up(r) {
-            "synced"
+            "up"
         } else {
-            "not synced (see the log)"
+            "down: data may be stale (see /readyz and the log)"
         };
         let _ = write!(
             watches,

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use kube::runtime::watcher::Event;
 use tokio::sync::mpsc;
 
-use crate::health::Health;
+use crate::health::{Health, Success, WatchId};
 use crate::index::{Change, ClassChange, Effects, Index, NsName, Resource};
 
 /// State shared by every task of the exporter.
@@ -79,15 +79,21 @@ fn log_class_change(c: &ClassChange) {
 pub struct Ingest {
     resource: Resource,
     scope: Option<String>,
+    watch: WatchId,
     buffer: Option<Vec<Change>>,
 }
 
 impl Ingest {
-    /// An ingest for one watch: `scope` is its namespace, None for all.
-    pub fn new(resource: Resource, scope: Option<String>) -> Self {
+    /// An ingest for one watch, registered with health: `scope` is its
+    /// namespace, None for all.
+    pub fn new(shared: &Shared, resource: Resource, scope: Option<String>) -> Self {
+        let watch = shared
+            .health
+            .register(resource, scope.as_deref().unwrap_or(""));
         Ingest {
             resource,
             scope,
+            watch,
             buffer: None,
         }
     }
@@ -97,7 +103,18 @@ impl Ingest {
         self.scope.as_deref().unwrap_or("")
     }
 
-    /// Feeds one trimmed watch event into the index.
+    /// The watched resource.
+    pub fn resource(&self) -> Resource {
+        self.resource
+    }
+
+    /// This watch's health entry.
+    pub fn watch_id(&self) -> WatchId {
+        self.watch
+    }
+
+    /// Feeds one trimmed watch event into the index; the end of a list
+    /// marks the watch synced.
     pub fn event(&mut self, shared: &Shared, event: Event<Change>) {
         let resource = self.resource;
         shared.health.on_event(resource);
@@ -111,20 +128,22 @@ impl Ingest {
                 let listed = self.buffer.take().unwrap_or_default();
                 let scope = self.scope.clone();
                 shared.update(|ix, now| ix.resync(resource, scope.as_deref(), listed, now));
-                if shared.health.on_synced(resource, self.scope()) {
-                    tracing::info!(
+                match shared.health.on_synced(self.watch) {
+                    Success::Recovered(after) => tracing::info!(
                         resource = resource.as_str(),
                         scope = self.scope(),
-                        "watch synced"
-                    );
+                        down_seconds = after.as_secs(),
+                        "watch recovered with a relist"
+                    ),
+                    Success::Steady => tracing::debug!(
+                        resource = resource.as_str(),
+                        scope = self.scope(),
+                        "watch listed"
+                    ),
                 }
             }
-            Event::Apply(c) => {
-                shared.health.on_flow(resource, self.scope());
-                shared.update(|ix, now| ix.apply(resource, c, now))
-            }
+            Event::Apply(c) => shared.update(|ix, now| ix.apply(resource, c, now)),
             Event::Delete(c) => {
-                shared.health.on_flow(resource, self.scope());
                 let gone = Change {
                     key: c.key,
                     entry: None,

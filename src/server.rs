@@ -12,6 +12,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::health::NotUp;
 use crate::metrics::{render, status_page, Format};
 use crate::runtime::Shared;
 
@@ -59,15 +60,15 @@ pub fn handle(
         }
         "/healthz" | "/livez" | "/live" => reply(StatusCode::OK, TEXT, "ok\n"),
         "/readyz" | "/ready" => {
-            if shared.health.ready() {
-                reply(StatusCode::OK, TEXT, "ready\n")
+            let (status, head) = if shared.health.ready() {
+                (StatusCode::OK, "ready")
             } else {
-                reply(
+                (
                     StatusCode::SERVICE_UNAVAILABLE,
-                    TEXT,
-                    "waiting for the first list of every watch\n",
+                    "not ready: waiting for the first list of every watch",
                 )
-            }
+            };
+            reply(status, TEXT, readiness_body(head, &shared.health.not_up()))
         }
         "/" => reply(
             StatusCode::OK,
@@ -76,6 +77,30 @@ pub fn handle(
         ),
         _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
     }
+}
+
+/// `/readyz` text: the verdict, then every watch that is not up. After
+/// start-up the status stays 200 (the pod must stay scrapeable so that
+/// `watch_up 0` reaches the alerts) and the body says what is stale.
+fn readiness_body(head: &str, not_up: &[NotUp]) -> String {
+    let mut out = format!("{head}\n");
+    for w in not_up {
+        let scope = if w.scope.is_empty() {
+            "all namespaces"
+        } else {
+            &w.scope
+        };
+        let since = match w.since_success {
+            Some(d) => format!("last success {} s ago", d.as_secs()),
+            None => "never succeeded".to_string(),
+        };
+        let reason = w.reason.map_or("pending", |r| r.as_str());
+        out.push_str(&format!(
+            "watch {} ({scope}) down: {reason}, {since}; its data may be stale\n",
+            w.resource.as_str()
+        ));
+    }
+    out
 }
 
 /// Binds `addr`; fails at start with a message naming the flag.
@@ -170,8 +195,18 @@ mod tests {
         );
         let text = get("/metrics", Some("text/plain; version=0.0.4"));
         assert_eq!(content_type(&text), crate::metrics::PROMETHEUS_CONTENT_TYPE);
-        shared.health.register(crate::index::Resource::Leases, "");
-        shared.health.on_synced(crate::index::Resource::Leases, "");
+        let id = shared.health.register(crate::index::Resource::Leases, "");
+        shared.health.on_synced(id);
         assert_eq!(get("/ready", None).status(), StatusCode::OK);
+        shared
+            .health
+            .on_error(id, crate::health::ErrorReason::Timeout);
+        let after = get("/ready", None);
+        assert_eq!(after.status(), StatusCode::OK, "start-up semantics only");
+        let body = format!("{:?}", after.body());
+        assert!(
+            body.contains("watch leases (all namespaces) down: timeout"),
+            "{body}"
+        );
     }
 }

@@ -191,7 +191,12 @@ const MACHINES: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraform
 fn start(api: &FakeApi) -> Arc<Shared> {
     let (shared, rx) = Shared::new();
     let client = api.client();
-    watch::spawn_all(client.clone(), shared.clone(), vec![None]);
+    watch::spawn_all(
+        client.clone(),
+        shared.clone(),
+        vec![None],
+        watch::Timing::DEFAULT,
+    );
     tokio::spawn(verify::run(
         shared.clone(),
         PodSource::Api(client),

@@ -1,0 +1,436 @@
+//! One resource's list-then-watch loop, with every request bounded in time
+//! and every failure reported.
+//!
+//! kube-runtime's `watcher` hides what an alerting sidecar must show: the
+//! client retries 429/503 on its own, a quiet watch on a hung server is only
+//! noticed when the server-side timeout would have closed it, and a resumed
+//! watch emits nothing. This loop makes each request itself, so that
+//! `watch_up` follows the last request of the watch:
+//!
+//! - a list (paginated) or watch-start request that gets no answer within
+//!   [`Timing::request`] is a `timeout` failure;
+//! - a watch asks the server to close it after [`Timing::server_timeout`]
+//!   and asks for bookmarks; one that delivers nothing for that long plus
+//!   [`Timing::idle_margin`] is restarted (the restart's own request is what
+//!   tells a hung server from one that ignores `timeoutSeconds`);
+//! - every failure counts and backs off (capped, with jitter); a 410 relists.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::runtime::watcher;
+use serde::de::DeserializeOwned;
+
+use crate::health::{ErrorReason, Success};
+use crate::index::Change;
+use crate::runtime::{Ingest, Shared};
+
+/// Time limits of the loop. [`Timing::DEFAULT`] is what production uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// The longest a list page or a watch start may take to answer.
+    pub request: Duration,
+    /// `timeoutSeconds` asked of the server for each watch.
+    pub server_timeout: Duration,
+    /// How long past `server_timeout` a silent watch is kept.
+    pub idle_margin: Duration,
+    /// First pause after a failure; doubles per failure.
+    pub backoff_min: Duration,
+    /// Longest pause after a transient failure (5xx, 429, transport,
+    /// timeout): recovery shows within this of the server answering again.
+    pub backoff_max: Duration,
+    /// Longest pause after a 401, 403 or 404 (RBAC or a CRD missing).
+    pub backoff_max_config: Duration,
+    /// Objects per list page.
+    pub page_size: u32,
+}
+
+impl Timing {
+    /// Production limits: a hung API is noticed within
+    /// `server_timeout + idle_margin + request` = 95 s.
+    pub const DEFAULT: Timing = Timing {
+        request: Duration::from_secs(20),
+        server_timeout: Duration::from_secs(60),
+        idle_margin: Duration::from_secs(15),
+        backoff_min: Duration::from_secs(1),
+        backoff_max: Duration::from_secs(8),
+        backoff_max_config: Duration::from_secs(30),
+        page_size: 500,
+    };
+}
+
+/// Server-side filters of one watch.
+#[derive(Clone, Debug, Default)]
+pub struct Selectors {
+    /// Label selector.
+    pub labels: Option<&'static str>,
+    /// Field selector.
+    pub fields: Option<&'static str>,
+}
+
+/// Maps a client error to its closed-set reason.
+pub fn reason_of(err: &kube::Error) -> ErrorReason {
+    match err {
+        kube::Error::Api(status) => ErrorReason::from_status(status.code),
+        kube::Error::SerdeError(_)
+        | kube::Error::FromUtf8(_)
+        | kube::Error::LinesCodecMaxLineLengthExceeded => ErrorReason::Decode,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
+            ErrorReason::Transport
+        }
+        _ => ErrorReason::Other,
+    }
+}
+
+/// Why [`run`] returned.
+#[derive(Debug)]
+pub enum Exit {
+    /// The caller's `give_up` accepted this error before the first list.
+    GaveUp(kube::Error),
+}
+
+/// Exponential backoff with jitter, reset by a success.
+#[derive(Debug)]
+struct Backoff {
+    timing: Timing,
+    failures: u32,
+    seed: u64,
+}
+
+impl Backoff {
+    fn new(timing: Timing) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x9e37_79b9, |d| d.subsec_nanos() as u64 | 1);
+        Backoff {
+            timing,
+            failures: 0,
+            seed,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+
+    /// The pause before the next attempt: min * 2^failures, capped, then
+    /// 80..100 % of that so watches that failed together spread out.
+    fn next(&mut self, reason: ErrorReason) -> Duration {
+        let cap = match reason {
+            ErrorReason::NotFound | ErrorReason::Forbidden | ErrorReason::Unauthorized => {
+                self.timing.backoff_max_config
+            }
+            _ => self.timing.backoff_max,
+        };
+        let exp = self.failures.min(16);
+        self.failures = self.failures.saturating_add(1);
+        let base = self.timing.backoff_min.saturating_mul(1 << exp).min(cap);
+        // xorshift64: jitter needs no cryptographic quality.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let pct = 80 + (self.seed % 21) as u32;
+        base * pct / 100
+    }
+}
+
+/// What the loop reports to: the index (through `ingest`) and health.
+struct Sink<'a> {
+    shared: &'a Shared,
+    ingest: Ingest,
+}
+
+impl Sink<'_> {
+    fn success(&self) {
+        if let Success::Recovered(after) = self.shared.health.on_success(self.ingest.watch_id()) {
+            self.log_recovered(after);
+        }
+    }
+
+    fn log_recovered(&self, after: Duration) {
+        let resource = self.ingest.resource();
+        tracing::info!(
+            resource = resource.as_str(),
+            scope = self.ingest.scope(),
+            down_seconds = after.as_secs(),
+            "watch recovered"
+        );
+    }
+
+    fn failure(&self, reason: ErrorReason, what: &str, detail: &dyn std::fmt::Display) {
+        let resource = self.ingest.resource();
+        if !self.shared.health.on_error(self.ingest.watch_id(), reason) {
+            tracing::debug!(resource = resource.as_str(), scope = self.ingest.scope(), reason = reason.as_str(), error = %detail, "{what} failed again");
+            return;
+        }
+        match reason {
+            ErrorReason::NotFound => tracing::warn!(
+                resource = resource.as_str(),
+                scope = self.ingest.scope(),
+                "resource not served by the API server (CRD not installed?); retrying"
+            ),
+            ErrorReason::Forbidden | ErrorReason::Unauthorized => tracing::warn!(
+                resource = resource.as_str(),
+                scope = self.ingest.scope(),
+                reason = reason.as_str(),
+                "access denied (RBAC needs get/list/watch); retrying"
+            ),
+            _ => tracing::warn!(
+                resource = resource.as_str(),
+                scope = self.ingest.scope(),
+                reason = reason.as_str(),
+                error = %detail,
+                "{what} failed; data of this resource is not current until it recovers; retrying with backoff"
+            ),
+        }
+    }
+
+    fn event(&mut self, ev: watcher::Event<Change>) {
+        self.ingest.event(self.shared, ev);
+    }
+}
+
+/// Lists, then watches, `api` forever, feeding trimmed objects to `ingest`.
+///
+/// Returns only when `give_up` accepts an error met before the first list
+/// succeeded (a version of a resource that is not served, a rejected
+/// selector), so the caller can try another way.
+pub async fn run<K, T>(
+    shared: &Shared,
+    ingest: Ingest,
+    api: Api<K>,
+    selectors: Selectors,
+    timing: Timing,
+    trim: T,
+    give_up: impl Fn(&kube::Error) -> bool,
+) -> Exit
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    T: Fn(&K) -> Change,
+{
+    let mut sink = Sink { shared, ingest };
+    let mut backoff = Backoff::new(timing);
+    let mut version: Option<String> = None;
+    let mut synced = false;
+    loop {
+        let rv = match version.take() {
+            Some(rv) => rv,
+            None => match list(&mut sink, &api, &selectors, timing, &trim).await {
+                Ok(rv) => {
+                    synced = true;
+                    backoff.reset();
+                    rv
+                }
+                Err(Failed::Api(err)) if !synced && give_up(&err) => return Exit::GaveUp(err),
+                Err(f) => {
+                    sink.failure(f.reason(), "list", &f);
+                    tokio::time::sleep(backoff.next(f.reason())).await;
+                    continue;
+                }
+            },
+        };
+        match watch(&mut sink, &api, &selectors, timing, &trim, rv).await {
+            WatchEnd::Resume(rv) => {
+                backoff.reset();
+                version = Some(rv);
+            }
+            WatchEnd::Failed(f, resume) => {
+                sink.failure(f.reason(), "watch", &f);
+                if f.reason() != ErrorReason::Gone {
+                    version = resume;
+                }
+                tokio::time::sleep(backoff.next(f.reason())).await;
+            }
+        }
+    }
+}
+
+/// A failed request.
+#[derive(Debug, thiserror::Error)]
+enum Failed {
+    #[error("{0}")]
+    Api(#[source] kube::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("API error {code}: {message}")]
+    Status { code: u16, message: String },
+}
+
+impl Failed {
+    fn reason(&self) -> ErrorReason {
+        match self {
+            Failed::Api(e) => reason_of(e),
+            Failed::Timeout(_) => ErrorReason::Timeout,
+            Failed::Status { code, .. } => ErrorReason::from_status(*code),
+        }
+    }
+}
+
+async fn bounded<F: std::future::Future<Output = Result<O, kube::Error>>, O>(
+    limit: Duration,
+    f: F,
+) -> Result<O, Failed> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(Ok(o)) => Ok(o),
+        Ok(Err(e)) => Err(Failed::Api(e)),
+        Err(_) => Err(Failed::Timeout(limit)),
+    }
+}
+
+/// Lists every page and hands the result to the index as one resync.
+/// Returns the list's resourceVersion, where the watch starts.
+async fn list<K, T>(
+    sink: &mut Sink<'_>,
+    api: &Api<K>,
+    selectors: &Selectors,
+    timing: Timing,
+    trim: &T,
+) -> Result<String, Failed>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    T: Fn(&K) -> Change,
+{
+    let mut params = ListParams::default().limit(timing.page_size);
+    if let Some(l) = selectors.labels {
+        params = params.labels(l);
+    }
+    if let Some(f) = selectors.fields {
+        params = params.fields(f);
+    }
+    let mut started = false;
+    loop {
+        let page = bounded(timing.request, api.list(&params)).await?;
+        if !started {
+            sink.event(watcher::Event::Init);
+            started = true;
+        }
+        sink.success();
+        for obj in &page.items {
+            sink.event(watcher::Event::InitApply(trim(obj)));
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => {
+                sink.event(watcher::Event::InitDone);
+                return Ok(page.metadata.resource_version.unwrap_or_default());
+            }
+        }
+    }
+}
+
+enum WatchEnd {
+    /// The stream ended or went quiet: watch again from this version.
+    Resume(String),
+    /// A request or the stream failed; resume from the version if any.
+    Failed(Failed, Option<String>),
+}
+
+async fn watch<K, T>(
+    sink: &mut Sink<'_>,
+    api: &Api<K>,
+    selectors: &Selectors,
+    timing: Timing,
+    trim: &T,
+    mut rv: String,
+) -> WatchEnd
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    T: Fn(&K) -> Change,
+{
+    let secs = u32::try_from(timing.server_timeout.as_secs()).unwrap_or(60);
+    let mut params = WatchParams::default().timeout(secs);
+    if let Some(l) = selectors.labels {
+        params = params.labels(l);
+    }
+    if let Some(f) = selectors.fields {
+        params = params.fields(f);
+    }
+    let stream = match bounded(timing.request, api.watch(&params, &rv)).await {
+        Ok(s) => s,
+        Err(f) => return WatchEnd::Failed(f, Some(rv)),
+    };
+    sink.success();
+    futures::pin_mut!(stream);
+    let idle = timing.server_timeout + timing.idle_margin;
+    loop {
+        let item = match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => {
+                tracing::debug!(
+                    resource = sink.ingest.resource().as_str(),
+                    "watch silent past its server timeout; restarting it"
+                );
+                return WatchEnd::Resume(rv);
+            }
+            Ok(None) => return WatchEnd::Resume(rv),
+            Ok(Some(item)) => item,
+        };
+        match item {
+            Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
+                if let Some(v) = o.meta().resource_version.clone() {
+                    rv = v;
+                }
+                sink.success();
+                sink.event(watcher::Event::Apply(trim(&o)));
+            }
+            Ok(WatchEvent::Deleted(o)) => {
+                if let Some(v) = o.meta().resource_version.clone() {
+                    rv = v;
+                }
+                sink.success();
+                sink.event(watcher::Event::Delete(trim(&o)));
+            }
+            Ok(WatchEvent::Bookmark(b)) => {
+                rv = b.metadata.resource_version;
+                sink.success();
+            }
+            Ok(WatchEvent::Error(status)) => {
+                let f = Failed::Status {
+                    code: status.code,
+                    message: status.message.clone(),
+                };
+                return WatchEnd::Failed(f, Some(rv));
+            }
+            // One undecodable line loses one change, not the stream: count
+            // it and go on (the next relist repairs the index).
+            Err(e @ kube::Error::SerdeError(_)) => {
+                let resource = sink.ingest.resource();
+                sink.shared
+                    .health
+                    .count_error(resource, ErrorReason::Decode);
+                tracing::warn!(resource = resource.as_str(), error = %e, "undecodable watch event skipped");
+            }
+            Err(e) => return WatchEnd::Failed(Failed::Api(e), Some(rv)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_its_cap_with_jitter_and_resets() {
+        let t = Timing::DEFAULT;
+        let mut b = Backoff::new(t);
+        let first = b.next(ErrorReason::ServerError);
+        assert!(first >= t.backoff_min * 8 / 10 && first <= t.backoff_min);
+        let mut last = first;
+        for _ in 0..20 {
+            last = b.next(ErrorReason::ServerError);
+            assert!(last <= t.backoff_max);
+        }
+        assert!(last >= t.backoff_max * 8 / 10);
+        for _ in 0..20 {
+            assert!(b.next(ErrorReason::Forbidden) <= t.backoff_max_config);
+        }
+        b.reset();
+        assert!(b.next(ErrorReason::Timeout) <= t.backoff_min);
+    }
+
+    #[test]
+    fn hung_api_detection_bound_is_under_two_minutes() {
+        let t = Timing::DEFAULT;
+        assert!(t.server_timeout + t.idle_margin + t.request < Duration::from_secs(120));
+    }
+}
