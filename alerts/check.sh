@@ -3,7 +3,7 @@
 #   1. promtool check rules (with linting) on every alerts/*.rules.yaml;
 #   2. promtool test rules on every alerts/tests/*.yaml;
 #   3. yamllint --strict with alerts/.yamllint on everything under alerts/;
-#   4. consistency: exactly the SPEC section 5 alerts, each with severity,
+#   4. consistency: exactly the docs/contract.md section 9 alerts, each with severity,
 #      summary, description and a runbook_url whose anchor is a heading of
 #      README.md, and each covered by promtool tests that expect it
 #      to fire and expect it to be silent.
@@ -121,7 +121,7 @@ for path in rule_files:
             alerts[name] = rule
 
 if set(alerts) != set(EXPECTED):
-    errors.append(f"alerts {sorted(alerts)} differ from SPEC section 5 {sorted(EXPECTED)}")
+    errors.append(f"alerts {sorted(alerts)} differ from docs/contract.md section 9 {sorted(EXPECTED)}")
 for name, rule in alerts.items():
     labels = rule.get("labels", {})
     ann = rule.get("annotations", {})

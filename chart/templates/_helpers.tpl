@@ -68,8 +68,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-The RBAC rules: get/list/watch only, on exactly the objects SPEC section 6
-names. One definition for the ClusterRole and the per-namespace Roles.
+The RBAC rules: get/list/watch only, on exactly the objects docs/contract.md
+section 10 names. One definition for the ClusterRole and the per-namespace Roles.
 */}}
 {{- define "captf-lock-exporter.rbacRules" -}}
 - apiGroups: ["coordination.k8s.io"]

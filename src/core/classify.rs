@@ -1,4 +1,4 @@
-//! Holder classes of a held state lock (SPEC section 2), decided as
+//! Holder classes of a held state lock (docs/contract.md section 3), decided as
 //! CAPTF's stale-lock check (`internal/locks/stale.go`) decides, with its
 //! "not ours" split into foreign and unknown.
 

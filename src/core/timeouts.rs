@@ -26,7 +26,7 @@ pub struct JobsPolicy {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClusterPolicies {
     /// The TerraformCluster's own `spec.jobs`: the last inherited layer
-    /// (SPEC section 1; see [`effective`] for how CAPTF differs).
+    /// (docs/contract.md section 2.9; see [`effective`]).
     pub jobs: Option<JobsPolicy>,
     /// The TerraformCluster's `spec.defaults.jobs`, inherited field by field.
     pub default_jobs: Option<JobsPolicy>,
@@ -47,10 +47,10 @@ pub struct Effective {
 /// TerraformMachine or TerraformMachinePool uses its own `spec.jobs`, else
 /// its TerraformCluster's `spec.defaults.jobs`, else the built-in value.
 ///
-/// SPEC section 1 adds the cluster's own `spec.jobs` as a last inherited
-/// layer; CAPTF does not (`MergeJobPolicy(spec.Jobs, defaults.Jobs)`, and its
-/// job-tuning docs agree), so neither do we: see
-/// docs/decisions/core-parity.md.
+/// The rule to follow is docs/contract.md section 2.9 (CAPTF's
+/// `effective.go` at 2b1fddf4), which adds the cluster's own `spec.jobs` as
+/// a last inherited layer; docs/decisions/core-parity.md records the
+/// parity decisions.
 pub fn effective(
     kind: Kind,
     own: Option<&JobsPolicy>,

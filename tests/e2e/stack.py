@@ -107,7 +107,7 @@ class ManagedProcess:
 
 
 class E2EExporter(Exporter):
-    """The harness ``Exporter``, started with the flags of the brief (``--log-level info``)."""
+    """The harness ``Exporter``, started with the e2e suite's flags (``--log-level info``)."""
 
     def __init__(self, binary: str, kubeconfig: Path, log_path: Path) -> None:
         super().__init__(binary, kubeconfig, log_path,

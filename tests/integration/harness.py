@@ -12,7 +12,7 @@ Pieces:
 * ``Metrics``       -- parsed ``/metrics`` samples with label lookups.
 * object builders   -- Leases, lock-info, runner pods, Terraform* objects, CAPI Clusters,
   ForceUnlocked Events, written the way CAPTF and the Terraform/OpenTofu backend write them
-  (/work/shared/SPEC.md section 1).
+  (docs/contract.md section 2).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
 
 
 def state_suffix(namespace: str, kind: str, name: str) -> str:
-    """SPEC section 1: hex(sha256(namespace + "/" + Kind + "/" + name))[:16] + "-" + kindshort."""
+    """docs/contract.md 2.2: hex(sha256(namespace + "/" + Kind + "/" + name))[:16] + "-" + kindshort."""
     digest = hashlib.sha256(f"{namespace}/{kind}/{name}".encode()).hexdigest()[:16]
     return f"{digest}-{KIND_SHORT[kind]}"
 

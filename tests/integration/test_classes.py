@@ -216,7 +216,7 @@ def test_long_object_name_is_joined_by_computed_suffix(kube: KubeEmulator, expor
 
 
 def test_untrusted_lock_info_keeps_the_exposition_valid(kube: KubeEmulator, exporter: Exporter) -> None:
-    """lock-info is written by runner ServiceAccounts: any size, any characters (SPEC section 1)."""
+    """lock-info is written by runner ServiceAccounts: any size, any characters (docs/contract.md 2.4)."""
     from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
     huge_who = "mallory@" + "x" * 100_000
@@ -230,7 +230,7 @@ def test_untrusted_lock_info_keeps_the_exposition_valid(kube: KubeEmulator, expo
                                 E("captf_state_locks_held", 2, **{"class": "foreign"})],
                      20, "both hostile locks classified foreign")
     holder = m.labels("captf_state_lock_info", **lock_labels("huge"))["holder"]
-    # capped (SPEC leaves the cap and the escaping to the exporter: assert only a sane bound)
+    # capped (docs/contract.md 7.5: 128 bytes, escaped; assert only a sane bound)
     assert holder.startswith("mallory") and len(holder.encode()) <= 1024, (len(holder), holder[:80])
     assert "fake_metric" not in m.names()
     # the OpenMetrics exposition parses too, with the same single info series per lock

@@ -1,4 +1,4 @@
-"""Force-unlock counting from CAPTF's ForceUnlocked Events (SPEC section 3)."""
+"""Force-unlock counting from CAPTF's ForceUnlocked Events (docs/contract.md section 6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Self-tests of the harness: builders against SPEC test vectors, and the emulator alone.
+"""Self-tests of the harness: builders against CAPTF's test vectors (docs/contract.md 2.10), and the emulator alone.
 
 These need no exporter binary; they prove that what the other tests feed the exporter is what
 CAPTF and a Kubernetes API server would give it.

@@ -67,7 +67,7 @@ def test_exporter_only_reads(kube: KubeEmulator, exporter: Exporter) -> None:
     not_get = [(r.method, r.path) for r in reqs if r.method != "GET"]
     assert not_get == [], f"non-GET requests: {not_get}"
 
-    # resource requests only touch the resources of SPEC section 6
+    # resource requests only touch the resources of docs/contract.md section 10
     # (group, plural) of every Kubernetes resource request; discovery paths have no plural
     for r in reqs:
         parts = r.path.strip("/").split("/")

@@ -1,4 +1,4 @@
-"""Effective lockTimeoutSeconds / activeDeadlineSeconds (SPEC section 1, effective.go)."""
+"""Effective lockTimeoutSeconds / activeDeadlineSeconds (docs/contract.md section 2.9, effective.go)."""
 
 from __future__ import annotations
 
@@ -70,9 +70,9 @@ def test_own_spec_jobs_wins(clusters: KubeEmulator, exporter: Exporter) -> None:
 def test_cluster_own_jobs_are_not_inherited(kube: KubeEmulator, exporter: Exporter) -> None:
     """A machine does NOT inherit its TerraformCluster's own spec.jobs, only spec.defaults.jobs.
 
-    SPEC section 1 lists the cluster's own spec.jobs as a last inherited layer; CAPTF's
-    effective.go (MergeJobPolicy(spec.Jobs, defaults.Jobs)) does not, and the project decided for
-    CAPTF's rule (docs/decisions/core-parity.md, item 1): the runner Jobs really get 300 s.
+    This pins the older two-layer rule (an effective.go older than 2b1fddf4). docs/contract.md
+    section 2.9 adds the cluster's own spec.jobs as a last inherited layer; this expectation
+    changes with the code that implements it.
     """
     # defaults.jobs sets only the deadline: m2's 7200 deadline proves the link to tc2 is resolved
     kube.create(terraform_object(TC, NS, "tc2", jobs={"lockTimeoutSeconds": 450},

@@ -44,7 +44,7 @@ K8S_VERSIONS = ["1.33.0", "1.37.0"]
 LINT_KUBE_VERSION = "v1.33.0"
 CI = bool(os.environ.get("CI"))
 
-# SPEC section 6: get/list/watch only, on exactly these.
+# docs/contract.md section 10: get/list/watch only, on exactly these.
 RBAC_VERBS = {"get", "list", "watch"}
 RBAC_RESOURCES = {
     ("coordination.k8s.io", "leases"),
@@ -332,7 +332,7 @@ def check_rbac_rules(rules: list[dict[str, Any]], where: str) -> None:
                 expect("*" not in g and "*" not in res, f"{where}: wildcard in {g!r}/{res!r}")
                 seen.add((g, res))
     expect(seen == RBAC_RESOURCES,
-           f"{where}: resources differ from SPEC section 6: extra {sorted(seen - RBAC_RESOURCES)}, missing {sorted(RBAC_RESOURCES - seen)}")
+           f"{where}: resources differ from docs/contract.md section 10: extra {sorted(seen - RBAC_RESOURCES)}, missing {sorted(RBAC_RESOURCES - seen)}")
 
 
 def check_rbac(objs: list[dict[str, Any]], values: dict[str, Any], sa_name: str) -> str:
@@ -661,7 +661,7 @@ def check_kustomize(tmp: Path, chart_meta: dict[str, Any], chart_values: dict[st
                f"binding subjects {b['subjects']} != the manager's ServiceAccount {sa}")
         expect(any(o["kind"] == "ServiceAccount" and o["metadata"]["name"] == sa for o in objs), f"ServiceAccount {sa} not in CAPTF's manifests")
         return f"bound to {dep['metadata']['namespace']}/{sa}"
-    r.run("kustomize: ClusterRole get/list/watch on the SPEC list, bound to the manager's ServiceAccount", rbac)
+    r.run("kustomize: ClusterRole get/list/watch on the contract's list, bound to the manager's ServiceAccount", rbac)
 
     def service() -> str:
         dep = state.get("dep") or by_kind(objs, "Deployment")[0]
@@ -829,7 +829,7 @@ def main() -> int:
         r.run(f"[{name}] Deployment hardening, probes, args, Service/ServiceMonitor/NetworkPolicy wiring",
               lambda objs=objs, values=values, merged=merged: check_workload(objs, values, merged, chart_meta))
         sa = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
-        r.run(f"[{name}] RBAC is get/list/watch on exactly the SPEC list",
+        r.run(f"[{name}] RBAC is get/list/watch on exactly the contract's list",
               lambda objs=objs, merged=merged, sa=sa: check_rbac(objs, merged, sa))
         r.run(f"[{name}] kubernetes-validate --strict -k {' -k '.join(K8S_VERSIONS)}",
               lambda objs=objs, name=name: kubernetes_validate(objs, tmp / f"kv-{name}", name))

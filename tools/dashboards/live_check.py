@@ -2,7 +2,7 @@
 """Run every dashboard query against a real Prometheus scraping a fixture.
 
 Two fake exporter replicas (same job, as the chart may run two) serve the
-SPEC section 4 metrics for a fixed set of locks: an own_live lock, an overdue
+docs/contract.md section 7 metrics for a fixed set of locks: an own_live lock, an overdue
 foreign lock, an unknown lock whose age is only observed, an unlocked object,
 force-unlocks. A real Prometheus (Debian `prometheus`, started here on
 127.0.0.1 and stopped by its PID) scrapes them every second. Then every query
@@ -12,8 +12,8 @@ queries whose numbers matter must give the expected rows: one row per lock,
 not one per replica, worst lock first, right counts.
 
 This proves the PromQL works at run time (joins, duplicates, `and on`),
-which a parser cannot. The lead's end-to-end test does the same against the
-real exporter.
+which a parser cannot. The end-to-end test (tests/e2e/) does the same against
+the real exporter.
 
 Usage: live_check.py [DASHBOARD.json ...]  (default: every dashboards/*.json)
 Standard library only. Exit 1 on any failure.
