@@ -1,0 +1,265 @@
+//! A scripted Kubernetes API server for the tests: a tower service behind
+//! `kube::Client`, answering each request from a script, logging every
+//! method and path so tests can prove the exporter only reads.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use captf_lock_exporter::metrics::{render, Format};
+use captf_lock_exporter::runtime::Shared;
+use captf_lock_exporter::verify::{self, PodSource};
+use captf_lock_exporter::watch;
+use http::{Method, Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+pub const NS: &str = "ns1";
+pub const WEB_POD: &str = "captf-m-web-apply-a1-abc123-x7k2p";
+
+pub fn suffix(kind: &str, short: &str, name: &str) -> String {
+    let h = hex::encode(Sha256::digest(format!("{NS}/{kind}/{name}").as_bytes()));
+    format!("{}-{short}", &h[..16])
+}
+
+pub fn lease(machine: &str, who: Option<&str>, rv: u32) -> Value {
+    let mut meta = json!({
+        "name": format!("lock-tfstate-default-{}", suffix("TerraformMachine", "m", machine)),
+        "namespace": NS,
+        "resourceVersion": rv.to_string(),
+        "labels": {
+            "tfstate": "true",
+            "captf.infrastructure.cluster.x-k8s.io/owner-kind": "TerraformMachine",
+            "captf.infrastructure.cluster.x-k8s.io/owner-name": machine,
+        },
+    });
+    let mut spec = json!({});
+    if let Some(who) = who {
+        let info = json!({"ID": format!("id-{machine}"), "Operation": "OperationTypeApply", "Info": "", "Who": who,
+            "Version": "1.9.0", "Created": "2026-09-26T15:53:38.315668626Z", "Path": ""});
+        meta["annotations"] = json!({"app.terraform.io/lock-info": info.to_string()});
+        spec["holderIdentity"] = json!(format!("id-{machine}"));
+    }
+    json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec})
+}
+
+pub fn machine(name: &str, rv: u32) -> Value {
+    json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": rv.to_string()}, "spec": {}})
+}
+
+pub fn list(items: Vec<Value>, rv: u32) -> Value {
+    json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+}
+
+pub fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": reason, "reason": reason, "code": code})
+}
+
+pub type FrameSender = mpsc::Sender<Result<Frame<Bytes>, BodyError>>;
+
+/// How the scripted server answers one request.
+pub enum Reply {
+    Json(u16, Value),
+    /// A watch: these events, then either hang open or end (a dropped connection).
+    Watch(Vec<Value>, bool),
+    /// A watch whose connection breaks after these events (a transport error).
+    WatchBroken(Vec<Value>),
+    /// No answer at all: the request hangs (a hung API server).
+    Hang,
+}
+
+pub type BodyError = std::io::Error;
+
+pub type Script = dyn Fn(&str, bool, usize) -> Reply + Send + Sync;
+
+/// A scripted API server: `script(path, is_watch, nth call of that kind)`.
+#[derive(Clone)]
+pub struct FakeApi {
+    script: Arc<Script>,
+    calls: Arc<Mutex<HashMap<(String, bool), usize>>>,
+    /// Every request: method and path with query.
+    pub log: Arc<Mutex<Vec<(Method, String)>>>,
+    // Keeps hanging watch streams open until the test ends.
+    open: Arc<Mutex<Vec<FrameSender>>>,
+}
+
+impl FakeApi {
+    pub fn new(script: impl Fn(&str, bool, usize) -> Reply + Send + Sync + 'static) -> Self {
+        FakeApi {
+            script: Arc::new(script),
+            calls: Default::default(),
+            log: Default::default(),
+            open: Default::default(),
+        }
+    }
+
+    pub fn handle(
+        &self,
+        req: Request<kube::client::Body>,
+    ) -> Option<Response<BoxBody<Bytes, BodyError>>> {
+        let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or("").to_string();
+        self.log
+            .lock()
+            .unwrap()
+            .push((req.method().clone(), format!("{path}?{query}")));
+        let is_watch = query.contains("watch=true");
+        let n = {
+            let mut c = self.calls.lock().unwrap();
+            let e = c.entry((path.clone(), is_watch)).or_default();
+            *e += 1;
+            *e
+        };
+        Some(match (self.script)(&path, is_watch, n) {
+            Reply::Hang => return None,
+            Reply::Json(code, v) => Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(
+                    Full::new(Bytes::from(v.to_string()))
+                        .map_err(|never| match never {})
+                        .boxed(),
+                )
+                .unwrap(),
+            Reply::Watch(events, hang) => self.watch_response(events, hang, false),
+            Reply::WatchBroken(events) => self.watch_response(events, false, true),
+        })
+    }
+
+    pub fn watch_response(
+        &self,
+        events: Vec<Value>,
+        hang: bool,
+        broken: bool,
+    ) -> Response<BoxBody<Bytes, BodyError>> {
+        let (tx, rx) = mpsc::channel(64);
+        for ev in events {
+            tx.try_send(Ok(Frame::data(Bytes::from(format!("{ev}\n")))))
+                .unwrap();
+        }
+        if broken {
+            let reset =
+                std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+            tx.try_send(Err(reset)).unwrap();
+        }
+        if hang {
+            self.open.lock().unwrap().push(tx);
+        }
+        Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(BodyExt::boxed(StreamBody::new(tokio_stream(rx))))
+            .unwrap()
+    }
+
+    pub fn client(&self) -> kube::Client {
+        let me = self.clone();
+        let svc = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let resp = me.handle(req);
+            async move {
+                match resp {
+                    Some(resp) => Ok::<_, Infallible>(resp),
+                    None => std::future::pending().await,
+                }
+            }
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    pub fn calls(&self, path: &str, watch: bool) -> usize {
+        self.calls
+            .lock()
+            .unwrap()
+            .get(&(path.to_string(), watch))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn assert_only_get(&self) {
+        let log = self.log.lock().unwrap();
+        assert!(!log.is_empty(), "the exporter made no request at all");
+        let bad: Vec<_> = log.iter().filter(|(m, _)| m != Method::GET).collect();
+        assert!(bad.is_empty(), "non-GET requests were sent: {bad:?}");
+    }
+}
+
+pub fn tokio_stream(
+    rx: mpsc::Receiver<Result<Frame<Bytes>, BodyError>>,
+) -> impl futures::Stream<Item = Result<Frame<Bytes>, BodyError>> + Send + Sync + 'static {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) })
+}
+
+pub const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
+pub const PODS: &str = "/api/v1/pods";
+pub const MACHINES: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachines";
+
+pub fn start(api: &FakeApi) -> Arc<Shared> {
+    let (shared, rx) = Shared::new();
+    let client = api.client();
+    watch::spawn_all(
+        client.clone(),
+        shared.clone(),
+        vec![None],
+        watch::Timing::DEFAULT,
+    );
+    tokio::spawn(verify::run(
+        shared.clone(),
+        PodSource::Api(client),
+        rx,
+        Duration::from_secs(3600),
+    ));
+    shared
+}
+
+pub fn scrape(shared: &Arc<Shared>) -> String {
+    render(shared, Format::Prometheus).expect("renders")
+}
+
+/// Polls `cond` on fresh scrapes until it holds or the deadline passes.
+pub async fn wait_for(
+    shared: &Arc<Shared>,
+    what: &str,
+    secs: u64,
+    mut cond: impl FnMut(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let text = scrape(shared);
+        if cond(&text) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; last scrape:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn has_lock(text: &str, name: &str, class: &str) -> bool {
+    text.lines().any(|l| {
+        l.starts_with("captf_state_lock_info{")
+            && l.contains(&format!("name=\"{name}\""))
+            && l.contains(&format!("class=\"{class}\""))
+    })
+}
+
+pub fn value(text: &str, series_prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series_prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Everything not scripted is a resource that is not served.
+pub fn not_served() -> Reply {
+    Reply::Json(404, status(404, "NotFound"))
+}
