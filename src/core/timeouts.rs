@@ -1,8 +1,9 @@
 //! Effective `lockTimeoutSeconds` and `activeDeadlineSeconds` of an object,
 //! and the lookup of a machine's or pool's TerraformCluster, as CAPTF
-//! resolves them (`internal/controllers/shared/effective.go` `Resolve` and
-//! `MergeJobPolicy`, `internal/jobs/spec.go`, `dependencies.go`
-//! `LookupCluster`).
+//! resolves them (`internal/controllers/shared/effective.go` `Resolve`,
+//! `clusterInherited` and `MergeJobPolicy` at commit
+//! `2b1fddf48dd94c167dab2366ff29b3f9c87e4f32`, `internal/jobs/spec.go`,
+//! `dependencies.go` `LookupCluster`).
 
 use super::kind::{Kind, API_GROUP};
 
@@ -25,10 +26,11 @@ pub struct JobsPolicy {
 /// A TerraformCluster's policies as seen by its machines and pools.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClusterPolicies {
-    /// The TerraformCluster's own `spec.jobs`: the last inherited layer
-    /// (docs/contract.md section 2.9; see [`effective`]).
+    /// The TerraformCluster's own `spec.jobs`: for its machines and pools
+    /// the last inherited layer, under `spec.defaults.jobs`.
     pub jobs: Option<JobsPolicy>,
-    /// The TerraformCluster's `spec.defaults.jobs`, inherited field by field.
+    /// The TerraformCluster's `spec.defaults.jobs`, inherited field by field
+    /// before the cluster's own `spec.jobs`.
     pub default_jobs: Option<JobsPolicy>,
 }
 
@@ -41,42 +43,120 @@ pub struct Effective {
     pub active_deadline_seconds: i64,
 }
 
+/// Where one effective value came from: the layer of the inheritance chain
+/// that set it. Pure data, so a later metric or log can say why an object
+/// has the timeout it has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The object's own `spec.jobs`.
+    Own,
+    /// Its TerraformCluster's `spec.defaults.jobs` (machines and pools only).
+    ClusterDefaults,
+    /// Its TerraformCluster's own `spec.jobs` (machines and pools only).
+    ClusterJobs,
+    /// No layer set it: CAPTF's built-in value.
+    BuiltIn,
+}
+
+impl Source {
+    /// Every source, from the strongest layer to the weakest.
+    pub const ALL: [Source; 4] = [
+        Source::Own,
+        Source::ClusterDefaults,
+        Source::ClusterJobs,
+        Source::BuiltIn,
+    ];
+
+    /// A stable snake_case name, fit for a label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Own => "own",
+            Source::ClusterDefaults => "cluster_defaults",
+            Source::ClusterJobs => "cluster_jobs",
+            Source::BuiltIn => "built_in",
+        }
+    }
+}
+
+/// The source of each field of an [`Effective`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sources {
+    /// Where `lock_timeout_seconds` came from.
+    pub lock_timeout_seconds: Source,
+    /// Where `active_deadline_seconds` came from.
+    pub active_deadline_seconds: Source,
+}
+
+/// The effective values and, field by field, where each came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The values.
+    pub effective: Effective,
+    /// Their sources.
+    pub sources: Sources,
+}
+
 /// Resolves the effective values field by field, as CAPTF's
-/// `shared.Resolve` and Job builder do. A TerraformCluster uses its own
-/// `spec.jobs`, else the built-in value (`cluster` is ignored). A
-/// TerraformMachine or TerraformMachinePool uses its own `spec.jobs`, else
-/// its TerraformCluster's `spec.defaults.jobs`, else the built-in value.
+/// `shared.Resolve` and Job builder do, and says where each came from.
 ///
-/// The rule to follow is docs/contract.md section 2.9 (CAPTF's
-/// `effective.go` at 2b1fddf4), which adds the cluster's own `spec.jobs` as
-/// a last inherited layer; docs/decisions/core-parity.md records the
-/// parity decisions.
+/// - A TerraformCluster: its own `spec.jobs`, else the built-in value
+///   (`cluster` is ignored: `spec.defaults` are for its machines and pools).
+/// - A TerraformMachine or TerraformMachinePool: its own `spec.jobs`, else
+///   its TerraformCluster's `spec.defaults.jobs`, else that cluster's own
+///   `spec.jobs`, else the built-in value. CAPTF computes this as
+///   `MergeJobPolicy(spec.Jobs, clusterInherited(cluster))`, with
+///   `clusterInherited = MergeJobPolicy(defaults.Jobs, cluster.Spec.Jobs)`.
+///
+/// `lockTimeoutSeconds` is a pointer in Go: an explicit 0 is set and stops
+/// the search. `activeDeadlineSeconds` is merged with `cmp.Or`: 0 (and, on
+/// invalid objects, a negative value) is unset and the search goes on.
+pub fn resolve(
+    kind: Kind,
+    own: Option<&JobsPolicy>,
+    cluster: Option<&ClusterPolicies>,
+) -> Resolved {
+    let inherited = match kind {
+        Kind::TerraformCluster => None,
+        Kind::TerraformMachine | Kind::TerraformMachinePool => cluster,
+    };
+    let layers = [
+        (own, Source::Own),
+        (
+            inherited.and_then(|c| c.default_jobs.as_ref()),
+            Source::ClusterDefaults,
+        ),
+        (inherited.and_then(|c| c.jobs.as_ref()), Source::ClusterJobs),
+    ];
+    let first = |pick: &dyn Fn(&JobsPolicy) -> Option<i64>, built_in: i64| {
+        layers
+            .iter()
+            .find_map(|(p, src)| p.and_then(pick).map(|v| (v, *src)))
+            .unwrap_or((built_in, Source::BuiltIn))
+    };
+    let (lock, lock_src) = first(&|p| p.lock_timeout_seconds, DEFAULT_LOCK_TIMEOUT_SECONDS);
+    let (deadline, deadline_src) = first(
+        &|p| p.active_deadline_seconds.filter(|v| *v > 0),
+        DEFAULT_ACTIVE_DEADLINE_SECONDS,
+    );
+    Resolved {
+        effective: Effective {
+            lock_timeout_seconds: lock,
+            active_deadline_seconds: deadline,
+        },
+        sources: Sources {
+            lock_timeout_seconds: lock_src,
+            active_deadline_seconds: deadline_src,
+        },
+    }
+}
+
+/// The effective values alone: [`resolve`] without the sources.
 pub fn effective(
     kind: Kind,
     own: Option<&JobsPolicy>,
     cluster: Option<&ClusterPolicies>,
 ) -> Effective {
-    let defaults = match kind {
-        Kind::TerraformCluster => None,
-        Kind::TerraformMachine | Kind::TerraformMachinePool => {
-            cluster.and_then(|c| c.default_jobs.as_ref())
-        }
-    };
-    let layers = [own, defaults];
-    let lock_timeout_seconds = layers
-        .iter()
-        .flatten()
-        .find_map(|p| p.lock_timeout_seconds)
-        .unwrap_or(DEFAULT_LOCK_TIMEOUT_SECONDS);
-    let active_deadline_seconds = layers
-        .iter()
-        .flatten()
-        .find_map(|p| p.active_deadline_seconds.filter(|v| *v > 0))
-        .unwrap_or(DEFAULT_ACTIVE_DEADLINE_SECONDS);
-    Effective {
-        lock_timeout_seconds,
-        active_deadline_seconds,
-    }
+    resolve(kind, own, cluster).effective
 }
 
 /// A CAPI Cluster's spec.infrastructureRef, normalised across v1beta2
@@ -229,27 +309,37 @@ mod tests {
     }
 
     #[test]
-    fn cluster_own_jobs_are_not_inherited() {
-        // CAPTF merges only spec.defaults.jobs into a machine's or pool's
-        // policy; the cluster's own spec.jobs is for its own Jobs.
+    fn cluster_own_jobs_are_the_last_inherited_layer() {
+        // The vector of issue 7: cluster spec.jobs {150, 1800}, no defaults,
+        // a machine without spec.jobs gets 150 and 1800.
         let cluster = ClusterPolicies {
-            jobs: Some(pol(Some(11), Some(22))),
+            jobs: Some(pol(Some(150), Some(1800))),
             default_jobs: None,
         };
         for kind in INHERITING {
-            assert_eq!(effective(kind, None, Some(&cluster)), eff(300, 3600));
+            assert_eq!(effective(kind, None, Some(&cluster)), eff(150, 1800));
+            assert_eq!(
+                effective(kind, Some(&JobsPolicy::default()), Some(&cluster)),
+                eff(150, 1800)
+            );
         }
+        // Defaults win field by field; the cluster's own fills the rest.
         let partial = ClusterPolicies {
             jobs: Some(pol(Some(11), Some(22))),
             default_jobs: Some(pol(None, Some(40))),
         };
         for kind in INHERITING {
-            assert_eq!(effective(kind, None, Some(&partial)), eff(300, 40));
+            assert_eq!(effective(kind, None, Some(&partial)), eff(11, 40));
             assert_eq!(
                 effective(kind, Some(&pol(Some(7), None)), Some(&partial)),
                 eff(7, 40)
             );
+            assert_eq!(
+                effective(kind, Some(&pol(None, Some(5))), Some(&partial)),
+                eff(11, 5)
+            );
         }
+        // The cluster itself never looks at its defaults.
         assert_eq!(
             effective(
                 Kind::TerraformCluster,
@@ -257,6 +347,88 @@ mod tests {
                 Some(&partial)
             ),
             eff(11, 22)
+        );
+    }
+
+    #[test]
+    fn captf_resolve_cluster_spec_level_vectors() {
+        // CAPTF pure_test.go TestResolveClusterSpecLevel (commit 2b1fddf):
+        // the cluster's own spec.jobs {activeDeadlineSeconds: 900}; without
+        // defaults a machine gets 900, and defaults that leave the deadline
+        // unset still let the cluster's 900 through; the object's own
+        // value beats both.
+        let no_defaults = ClusterPolicies {
+            jobs: Some(pol(None, Some(900))),
+            default_jobs: None,
+        };
+        let with_defaults = ClusterPolicies {
+            jobs: Some(pol(None, Some(900))),
+            default_jobs: Some(pol(None, None)),
+        };
+        for kind in INHERITING {
+            assert_eq!(effective(kind, None, Some(&no_defaults)), eff(300, 900));
+            assert_eq!(effective(kind, None, Some(&with_defaults)), eff(300, 900));
+            assert_eq!(
+                effective(kind, Some(&pol(None, Some(60))), Some(&with_defaults)),
+                eff(300, 60)
+            );
+        }
+        // TestMergeJobPolicy: an own explicit lockTimeoutSeconds 0 wins over
+        // defaults {600, 60}; the deadline comes from the defaults.
+        let full = ClusterPolicies {
+            jobs: None,
+            default_jobs: Some(pol(Some(60), Some(600))),
+        };
+        for kind in INHERITING {
+            assert_eq!(
+                effective(kind, Some(&pol(Some(0), None)), Some(&full)),
+                eff(0, 600)
+            );
+            assert_eq!(
+                effective(kind, Some(&pol(Some(6), Some(7))), Some(&full)),
+                eff(6, 7)
+            );
+            assert_eq!(effective(kind, None, Some(&full)), eff(60, 600));
+        }
+        // TestResolve: no cluster known yet gives the built-ins.
+        for kind in Kind::ALL {
+            assert_eq!(effective(kind, None, None), eff(300, 3600));
+        }
+    }
+
+    #[test]
+    fn sources_name_the_layer_that_set_each_field() {
+        use Source::*;
+        let src = |r: Resolved| {
+            (
+                r.sources.lock_timeout_seconds,
+                r.sources.active_deadline_seconds,
+            )
+        };
+        let cluster = ClusterPolicies {
+            jobs: Some(pol(Some(11), Some(22))),
+            default_jobs: Some(pol(None, Some(40))),
+        };
+        for kind in INHERITING {
+            let r = resolve(kind, None, Some(&cluster));
+            assert_eq!(r.effective, eff(11, 40));
+            assert_eq!(src(r), (ClusterJobs, ClusterDefaults));
+            let r = resolve(kind, Some(&pol(Some(0), Some(0))), Some(&cluster));
+            assert_eq!(r.effective, eff(0, 40));
+            assert_eq!(src(r), (Own, ClusterDefaults), "own 0 deadline is unset");
+            assert_eq!(src(resolve(kind, None, None)), (BuiltIn, BuiltIn));
+        }
+        let r = resolve(
+            Kind::TerraformCluster,
+            Some(&pol(Some(5), None)),
+            Some(&cluster),
+        );
+        assert_eq!(r.effective, eff(5, 3600));
+        assert_eq!(src(r), (Own, BuiltIn));
+        let names: Vec<&str> = Source::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            names,
+            ["own", "cluster_defaults", "cluster_jobs", "built_in"]
         );
     }
 
@@ -272,10 +444,10 @@ mod tests {
         for kind in INHERITING {
             // Own 0 beats both cluster layers.
             assert_eq!(lock(kind, Some(0), &cp(Some(99), Some(98))), 0);
-            // Defaults 0 beats the built-in.
+            // Defaults 0 beats the cluster's own and the built-in.
             assert_eq!(lock(kind, None, &cp(Some(0), Some(98))), 0);
-            // The cluster's own value, even 0, is not inherited.
-            assert_eq!(lock(kind, None, &cp(None, Some(0))), 300);
+            // The cluster's own 0 beats the built-in.
+            assert_eq!(lock(kind, None, &cp(None, Some(0))), 0);
             assert_eq!(lock(kind, None, &cp(None, None)), 300);
         }
         assert_eq!(
@@ -299,8 +471,9 @@ mod tests {
         };
         for kind in INHERITING {
             assert_eq!(deadline(kind, Some(0), &cp(Some(900), Some(800))), 900);
-            assert_eq!(deadline(kind, Some(0), &cp(Some(0), Some(800))), 3600);
+            assert_eq!(deadline(kind, Some(0), &cp(Some(0), Some(800))), 800);
             assert_eq!(deadline(kind, Some(0), &cp(Some(0), Some(0))), 3600);
+            assert_eq!(deadline(kind, Some(-5), &cp(Some(-1), Some(-2))), 3600);
             assert_eq!(deadline(kind, Some(-5), &cp(None, None)), 3600);
             assert_eq!(deadline(kind, Some(60), &cp(Some(900), Some(800))), 60);
         }

@@ -31,7 +31,8 @@ use crate::core::classify::{classify, holder_of, is_overdue, Holder, HolderClass
 use crate::core::kind::Kind;
 use crate::core::suffix::state_suffix;
 use crate::core::timeouts::{
-    effective, terraform_cluster_name, CapiClusterLookup, ClusterPolicies, Effective,
+    effective, resolve, terraform_cluster_name, CapiClusterLookup, ClusterPolicies, Effective,
+    Resolved,
 };
 
 /// (namespace, name) of a namespaced object.
@@ -135,6 +136,14 @@ pub struct Index {
 
 /// (namespace, kind, name) of an object an Event names.
 type ObjectRef = (String, String, String);
+
+/// Most force-unlocks one Event update may add to a counter. CAPTF emits
+/// each ForceUnlocked Event once, without a series (every Job names a new
+/// related object), so a real update adds 1; a series count that jumps
+/// further is a bad or hostile Event and must not move the counter by
+/// billions. Alerts fire on any increase, so capping the size of one
+/// increase never hides a page. See docs/decisions/exporter.md.
+pub const MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE: u64 = 10;
 
 impl Index {
     /// An empty index.
@@ -292,10 +301,11 @@ impl Index {
             Some(b) => ev.occurrences.saturating_sub(b),
             None if counting => ev.occurrences,
             None => 0,
-        };
+        }
+        .min(MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE);
         let key = (ev.namespace.clone(), ev.kind.clone(), ev.name.clone());
         let counter = self.force_unlocks.entry(key).or_default();
-        counter.total += new;
+        counter.total = counter.total.saturating_add(new);
         if let Some(t) = ev.last_seen {
             counter.last_seen = Some(counter.last_seen.map_or(t, |c: f64| c.max(t)));
         }
@@ -387,7 +397,10 @@ impl Index {
         lease.class = None;
         self.locks.insert(key.clone(), lease);
         self.link_holder(&key);
-        self.reclassify(&key, old_class, now, fx);
+        // A new lock (another ID, or held after a release) is judged on its
+        // own evidence: the previous lock's verdict says nothing about it.
+        let keep = if same_lock { old_class } else { None };
+        self.reclassify_from(&key, old_class, keep, now, fx);
     }
 
     fn apply_object(
@@ -524,18 +537,29 @@ impl Index {
         if let Some(obj) = self.objects.get(key) {
             return Some((obj.kind, obj.name.clone()));
         }
-        let lease = self.locks.get(key)?;
-        let kind = lease.owner_kind()?;
-        let name = lease.label_name.as_deref()?;
-        // A long name is hashed in the label; only a label that reproduces
-        // the suffix is the object's real name, which pod recognition needs.
-        (state_suffix(&key.0, kind, name) == key.1).then(|| (kind, name.to_string()))
+        verified_label_owner(key, self.locks.get(key)?)
     }
 
+    /// Reclassifies a lock whose lock ID did not change: while a live read
+    /// is pending it keeps its last class.
     fn reclassify(
         &mut self,
         key: &LockKey,
         old_class: Option<HolderClass>,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        self.reclassify_from(key, old_class, old_class, now, fx);
+    }
+
+    /// Reclassifies a lock. `old_class` is what the log reports as "from";
+    /// `keep` is the verdict to hold while a live read of the holder pod is
+    /// pending (None for a new lock, which then starts as own_unverified).
+    fn reclassify_from(
+        &mut self,
+        key: &LockKey,
+        old_class: Option<HolderClass>,
+        keep: Option<HolderClass>,
         now: SystemTime,
         fx: &mut Effects,
     ) {
@@ -555,9 +579,10 @@ impl Index {
                         Some(ev) => classify(&holder, ev),
                         None => {
                             fx.confirm.push(pod_key);
-                            // Unconfirmed: keep the last verdict rather than
-                            // flap through own_unverified for a few ms.
-                            old_class.unwrap_or(HolderClass::OwnUnverified)
+                            // Unconfirmed: keep the last verdict of this
+                            // same lock rather than flap through
+                            // own_unverified for a few ms.
+                            keep.unwrap_or(HolderClass::OwnUnverified)
                         }
                     }
                 }
@@ -610,25 +635,48 @@ impl Index {
         }
     }
 
-    /// Kind and name for metric labels: the object's, else the Lease labels',
-    /// else the kind the suffix encodes and the suffix itself.
+    /// Kind and name for metric labels, unique per lock so that no Lease
+    /// can render series under another object's labels:
+    /// - the watched object's kind and name;
+    /// - else the `owner-kind`/`owner-name` labels, only when they reproduce
+    ///   the Lease's suffix (see [`Self::owner_of`]);
+    /// - else the kind from the labels or the suffix, and the suffix as the
+    ///   name. Suffixes are unique per namespace, but an object may be
+    ///   *named* like one (`x-m`): when that (kind, name) belongs to another
+    ///   lock or object, the kind is left empty, which no object has.
     fn display_owner(&self, key: &LockKey, lease: &LockLease) -> (&'static str, String) {
+        // `lease` may already be out of the map (a deletion being logged).
         if let Some(obj) = self.objects.get(key) {
             return (obj.kind.as_str(), obj.name.clone());
         }
-        let kind = lease.owner_kind().map_or("", Kind::as_str);
-        let name = lease.label_name.clone().unwrap_or_else(|| key.1.clone());
-        (kind, name)
+        if let Some((kind, name)) = verified_label_owner(key, lease) {
+            return (kind.as_str(), name);
+        }
+        let Some(kind) = lease.owner_kind() else {
+            return ("", key.1.clone());
+        };
+        // Whose lock would (namespace, kind, suffix) name? Never this one:
+        // a name whose suffix equals itself would need a sha256 preimage.
+        let claimed = (key.0.clone(), state_suffix(&key.0, kind, &key.1));
+        let taken = self.owner_of(&claimed).is_some();
+        (if taken { "" } else { kind.as_str() }, key.1.clone())
     }
 
     /// Effective timeouts of an object, resolved through its TerraformCluster.
     pub fn effective_for(&self, namespace: &str, obj: &TfObject) -> Effective {
+        self.resolve_for(namespace, obj).effective
+    }
+
+    /// Effective timeouts of an object and where each came from. Resolved
+    /// on every call from the current TerraformCluster, CAPI Cluster and
+    /// object, so a change to any of them shows at once.
+    pub fn resolve_for(&self, namespace: &str, obj: &TfObject) -> Resolved {
         let cluster = if obj.kind == Kind::TerraformCluster {
             None
         } else {
             self.cluster_policies_for(namespace, obj.cluster_label.as_deref())
         };
-        effective(obj.kind, obj.jobs.as_ref(), cluster)
+        resolve(obj.kind, obj.jobs.as_ref(), cluster)
     }
 
     fn cluster_policies_for(
@@ -737,6 +785,15 @@ impl Index {
     pub fn sizes(&self) -> (usize, usize, usize) {
         (self.locks.len(), self.objects.len(), self.pods.len())
     }
+}
+
+/// Kind and name from a Lease's owner labels, only when they reproduce its
+/// suffix. A long name is hashed in the label, and a copied label names
+/// another object: neither is this lock's object.
+fn verified_label_owner(key: &LockKey, lease: &LockLease) -> Option<(Kind, String)> {
+    let kind = lease.owner_kind()?;
+    let name = lease.label_name.as_deref()?;
+    (state_suffix(&key.0, kind, name) == key.1).then(|| (kind, name.to_string()))
 }
 
 /// A lock that just became overdue, for the warning log line.

@@ -1,5 +1,6 @@
 //! Index tests with synthetic objects: no cluster, no runtime.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use super::*;
@@ -361,8 +362,14 @@ fn lock_of_unknown_object_is_reported_from_labels_and_can_be_own() {
     );
     let mut classes = Vec::new();
     ix.for_each_lock(|v| classes.push((v.name.to_string(), v.lease.class)));
+    // Nor as the display name: that would render a second "web".
     assert!(
-        classes.contains(&("web".to_string(), Some(HolderClass::Foreign))),
+        classes.contains(&(suffix.clone(), Some(HolderClass::Foreign))),
+        "{classes:?}"
+    );
+    assert_eq!(
+        classes.iter().filter(|(n, _)| n == "web").count(),
+        1,
         "{classes:?}"
     );
 }
@@ -463,8 +470,8 @@ fn timeouts_inherit_through_the_capi_cluster() {
     let e = effective_of(&ix, m, "w").expect("known");
     assert_eq!(e.lock_timeout_seconds, 31, "from tc-b's spec.defaults.jobs");
     assert_eq!(
-        e.active_deadline_seconds, 3600,
-        "tc-b's own spec.jobs is not inherited"
+        e.active_deadline_seconds, 1800,
+        "defaults leave it unset: tc-b's own spec.jobs"
     );
     let tc = effective_of(&ix, Kind::TerraformCluster, "tc-b").expect("known");
     assert_eq!(
@@ -650,4 +657,368 @@ fn counters_of_deleted_objects_go_when_no_event_names_them() {
     ix.apply(Resource::Events, fu_event("e3", "db", 1, 3.0), t0());
     ix.apply(Resource::Events, gone("e3"), t0());
     assert_eq!(ix.force_unlocks_of(NS, "TerraformMachine", "db").total, 1);
+}
+
+#[test]
+fn machine_inherits_its_clusters_own_jobs_and_follows_their_changes() {
+    let mut ix = Index::new();
+    let (c, m, mp) = (
+        Kind::TerraformCluster,
+        Kind::TerraformMachine,
+        Kind::TerraformMachinePool,
+    );
+    let jobs = |lock, deadline| JobsPolicy {
+        lock_timeout_seconds: lock,
+        active_deadline_seconds: deadline,
+    };
+    let tc = |own: JobsPolicy, defaults: Option<JobsPolicy>| {
+        object(
+            c,
+            "tc",
+            None,
+            Some(own),
+            Some(ClusterPolicies {
+                jobs: Some(own),
+                default_jobs: defaults,
+            }),
+        )
+    };
+    ix.apply(Resource::Clusters, capi("prod", "tc"), t0());
+    // Issue 7's vector: spec.jobs {150, 1800}, no defaults.
+    ix.apply(
+        Resource::TerraformClusters,
+        tc(jobs(Some(150), Some(1800)), None),
+        t0(),
+    );
+    ix.apply(
+        Resource::TerraformMachines,
+        object(m, "w", Some("prod"), None, None),
+        t0(),
+    );
+    ix.apply(
+        Resource::TerraformMachinePools,
+        object(mp, "p", Some("prod"), None, None),
+        t0(),
+    );
+    // The machine's lock is held: the locked path resolves the same way.
+    ix.apply(
+        Resource::Leases,
+        lease_change(m, "w", Some(info("alice@laptop"))),
+        t0(),
+    );
+    let pair =
+        |e: Option<Effective>| e.map(|e| (e.lock_timeout_seconds, e.active_deadline_seconds));
+    assert_eq!(pair(effective_of(&ix, m, "w")), Some((150, 1800)));
+    assert_eq!(pair(effective_of(&ix, mp, "p")), Some((150, 1800)));
+    let obj = TfObject {
+        kind: m,
+        name: "w".into(),
+        cluster_label: Some("prod".into()),
+        jobs: None,
+        cluster: None,
+    };
+    let sources = ix.resolve_for(NS, &obj).sources;
+    assert_eq!(
+        (
+            sources.lock_timeout_seconds,
+            sources.active_deadline_seconds
+        ),
+        (
+            crate::core::timeouts::Source::ClusterJobs,
+            crate::core::timeouts::Source::ClusterJobs
+        )
+    );
+    // The cluster's spec.jobs changes: its machines follow at once.
+    ix.apply(
+        Resource::TerraformClusters,
+        tc(jobs(Some(0), None), None),
+        t0(),
+    );
+    assert_eq!(pair(effective_of(&ix, m, "w")), Some((0, 3600)));
+    assert_eq!(pair(effective_of(&ix, mp, "p")), Some((0, 3600)));
+    // spec.defaults.jobs appears and wins field by field.
+    ix.apply(
+        Resource::TerraformClusters,
+        tc(jobs(Some(0), Some(900)), Some(jobs(Some(45), None))),
+        t0(),
+    );
+    assert_eq!(pair(effective_of(&ix, m, "w")), Some((45, 900)));
+    // The overdue check uses the inherited value too.
+    assert!(ix.newly_overdue(t0() + Duration::from_secs(44)).is_empty());
+    assert_eq!(ix.newly_overdue(t0() + Duration::from_secs(46)).len(), 1);
+}
+
+fn lease_with_id(kind: Kind, name: &str, id: &str, who: &str) -> Change {
+    let mut c = lease_change(kind, name, Some(info(who)));
+    if let Some(Entry::Lease(l)) = &mut c.entry {
+        l.holder_identity = id.into();
+        if let Some(i) = &mut l.info {
+            i.id = id.into();
+        }
+    }
+    c
+}
+
+#[test]
+fn a_new_lock_never_inherits_the_previous_locks_class() {
+    let m = Kind::TerraformMachine;
+    let next_pod = "captf-m-web-apply-a2-def456-q9w8e";
+    let pending = (NS.to_string(), next_pod.to_string());
+    // Lock 1 of a gone pod, confirmed: own_stale.
+    let stale_then = || {
+        let (mut ix, _) = web_locked_by_own_pod(None);
+        ix.record_pod_read((NS.into(), WEB_POD.into()), PodRead::Gone, t0());
+        assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnStale));
+        ix
+    };
+
+    // The next Job force-unlocks and takes lock 2 before its pod is cached.
+    let mut ix = stale_then();
+    let fx = ix.apply(
+        Resource::Leases,
+        lease_with_id(m, "web", "id-2", &format!("@{next_pod}")),
+        t0(),
+    );
+    assert_eq!(
+        class_of(&ix, m, "web"),
+        Some(HolderClass::OwnUnverified),
+        "lock 2 must not show lock 1's own_stale"
+    );
+    assert_eq!(fx.confirm, vec![pending.clone()]);
+    assert_eq!(fx.class_changes.len(), 1, "the transition is logged");
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnStale));
+    assert_eq!(fx.class_changes[0].to, Some(HolderClass::OwnUnverified));
+    let fx = ix.record_pod_read(pending.clone(), PodRead::Live, t0());
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnUnverified));
+
+    // Same, through a release in between.
+    let mut ix = stale_then();
+    ix.apply(Resource::Leases, lease_change(m, "web", None), t0());
+    ix.apply(
+        Resource::Leases,
+        lease_with_id(m, "web", "id-2", &format!("@{next_pod}")),
+        t0(),
+    );
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnUnverified));
+
+    // A new lock whose holder pod is cached live is own_live at once.
+    let mut ix = stale_then();
+    ix.apply(Resource::Pods, pod(next_pod, false), t0());
+    let fx = ix.apply(
+        Resource::Leases,
+        lease_with_id(m, "web", "id-2", &format!("@{next_pod}")),
+        t0(),
+    );
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
+    assert!(fx.confirm.is_empty());
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnStale));
+
+    // An update of the same lock still keeps its verdict while a read is
+    // pending (no own_live -> own_unverified flap).
+    let (mut ix, _) = web_locked_by_own_pod(Some(false));
+    ix.apply(Resource::Pods, pod(WEB_POD, true), t0());
+    let fx = ix.apply(
+        Resource::Leases,
+        lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
+        t0(),
+    );
+    assert!(fx.class_changes.is_empty());
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
+}
+
+#[test]
+fn one_event_update_moves_a_counter_by_a_bounded_amount() {
+    let mut ix = Index::new();
+    let total = |ix: &Index| ix.force_unlocks_of(NS, "TerraformMachine", "web").total;
+    let huge = i64::MAX as u64;
+    ix.resync(
+        Resource::Events,
+        None,
+        vec![fu_event("old", "web", 1, 1.0)],
+        t0(),
+    );
+    // A known Event whose series.count jumps to 2^63-1.
+    ix.apply(Resource::Events, fu_event("old", "web", huge, 2.0), t0());
+    assert_eq!(total(&ix), MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE);
+    // Later increases count from the reported count, still bounded.
+    ix.apply(Resource::Events, fu_event("old", "web", huge, 3.0), t0());
+    assert_eq!(total(&ix), MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE);
+    ix.apply(
+        Resource::Events,
+        fu_event("old", "web", huge + 1, 4.0),
+        t0(),
+    );
+    assert_eq!(total(&ix), MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
+    ix.apply(
+        Resource::Events,
+        fu_event("old", "web", u64::MAX, 5.0),
+        t0(),
+    );
+    assert_eq!(total(&ix), 2 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
+    // A new Event born with a huge series.count is bounded too.
+    ix.apply(Resource::Events, fu_event("new", "web", huge, 6.0), t0());
+    assert_eq!(total(&ix), 3 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
+    // A relist re-sends them: nothing more.
+    ix.resync(
+        Resource::Events,
+        None,
+        vec![
+            fu_event("old", "web", u64::MAX, 5.0),
+            fu_event("new", "web", huge, 6.0),
+        ],
+        t0(),
+    );
+    assert_eq!(total(&ix), 3 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
+    // Small, real increases are counted exactly.
+    ix.apply(Resource::Events, fu_event("e1", "web", 1, 7.0), t0());
+    ix.apply(Resource::Events, fu_event("e1", "web", 3, 8.0), t0());
+    assert_eq!(total(&ix), 3 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 4);
+}
+
+/// Every sample line of a Prometheus 0.0.4 exposition, as (metric name and
+/// label set) -> how often it appears.
+fn series_counts(text: &str) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let series = line.rsplit_once(' ').map_or(line, |(s, _)| s);
+        *out.entry(series.to_string()).or_default() += 1;
+    }
+    out
+}
+
+fn raw_lease(suffix: &str, kind: Option<&str>, name: Option<&str>, who: &str) -> Change {
+    let l = LockLease::new(
+        NS.into(),
+        suffix.into(),
+        kind,
+        name.map(Into::into),
+        "id-x".into(),
+        Ok(Some(info(who))),
+    );
+    Change {
+        key: (NS.into(), lock_lease_name(suffix)),
+        entry: Some(Entry::Lease(l)),
+    }
+}
+
+#[test]
+fn a_lease_cannot_impersonate_another_object_in_the_exposition() {
+    use crate::metrics::{render, Format};
+    let m = Kind::TerraformMachine;
+    let (shared, _rx) = crate::runtime::Shared::new();
+    shared.update(|ix, now| {
+        let mut fx = Effects::default();
+        let mut add = |ix: &mut Index, r: Resource, c: Change| {
+            let more = ix.apply(r, c, now);
+            fx.class_changes.extend(more.class_changes);
+        };
+        // The real object "web" and its held lock.
+        add(
+            ix,
+            Resource::TerraformMachines,
+            object(m, "web", None, None, None),
+        );
+        add(
+            ix,
+            Resource::Leases,
+            lease_change(m, "web", Some(info("alice@laptop"))),
+        );
+        // A Lease with web's labels copied, under another suffix.
+        let other = state_suffix(NS, m, "other");
+        add(
+            ix,
+            Resource::Leases,
+            raw_lease(
+                &other,
+                Some("TerraformMachine"),
+                Some("web"),
+                "mallory@laptop",
+            ),
+        );
+        // The lock of a deleted object (labels verify), and a copy of it.
+        add(
+            ix,
+            Resource::Leases,
+            lease_change(m, "retained", Some(info("bob@laptop"))),
+        );
+        let other2 = state_suffix(NS, m, "other2");
+        add(
+            ix,
+            Resource::Leases,
+            raw_lease(
+                &other2,
+                Some("TerraformMachine"),
+                Some("retained"),
+                "eve@laptop",
+            ),
+        );
+        // Suffixes that are also the names of a real object and of a
+        // retained lock: a label-less Lease falls back to its suffix.
+        add(
+            ix,
+            Resource::TerraformMachines,
+            object(m, "x-m", None, None, None),
+        );
+        add(
+            ix,
+            Resource::Leases,
+            raw_lease("x-m", None, None, "trudy@laptop"),
+        );
+        add(
+            ix,
+            Resource::Leases,
+            lease_change(m, "y-m", Some(info("carol@laptop"))),
+        );
+        add(
+            ix,
+            Resource::Leases,
+            raw_lease(
+                "y-m",
+                Some("TerraformMachine"),
+                Some("nope"),
+                "oscar@laptop",
+            ),
+        );
+        // No kind anywhere: kind "", name the suffix.
+        add(
+            ix,
+            Resource::Leases,
+            raw_lease("plain", None, None, "peggy@laptop"),
+        );
+        fx
+    });
+    let text = render(&shared, Format::Prometheus).expect("renders");
+    let dups: Vec<(String, usize)> = series_counts(&text)
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .collect();
+    assert!(dups.is_empty(), "duplicate series {dups:?}\n{text}");
+    // The real objects keep their own series; impostors get their suffix.
+    let held = |kind: &str, name: &str| {
+        format!("captf_state_lock_held{{namespace=\"{NS}\",kind=\"{kind}\",name=\"{name}\"}} 1")
+    };
+    for line in [
+        held("TerraformMachine", "web"),
+        held("TerraformMachine", "retained"),
+        held("TerraformMachine", &state_suffix(NS, m, "other")),
+        held("TerraformMachine", &state_suffix(NS, m, "other2")),
+        held("TerraformMachine", "y-m"),
+        held("", "x-m"),
+        held("", "y-m"),
+        held("", "plain"),
+    ] {
+        assert!(text.contains(&line), "missing {line}\n{text}");
+    }
+    assert!(text.contains(&format!(
+        "captf_state_lock_held{{namespace=\"{NS}\",kind=\"TerraformMachine\",name=\"x-m\"}} 0"
+    )));
+    let web_holders = text
+        .lines()
+        .filter(|l| l.starts_with("captf_state_lock_info{") && l.contains("name=\"web\""))
+        .count();
+    assert_eq!(web_holders, 1, "{text}");
 }

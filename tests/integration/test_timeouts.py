@@ -1,4 +1,8 @@
-"""Effective lockTimeoutSeconds / activeDeadlineSeconds (docs/contract.md section 2.9, effective.go)."""
+"""Effective lockTimeoutSeconds / activeDeadlineSeconds (docs/contract.md section 2.9, CAPTF effective.go at 2b1fddf4).
+
+A machine or pool: own spec.jobs, else its TerraformCluster's spec.defaults.jobs, else that cluster's
+own spec.jobs, else the built-in value, field by field. A TerraformCluster: own spec.jobs, else built-in.
+"""
 
 from __future__ import annotations
 
@@ -67,20 +71,41 @@ def test_own_spec_jobs_wins(clusters: KubeEmulator, exporter: Exporter) -> None:
     ], 20, "own spec.jobs.lockTimeoutSeconds wins")
 
 
-def test_cluster_own_jobs_are_not_inherited(kube: KubeEmulator, exporter: Exporter) -> None:
-    """A machine does NOT inherit its TerraformCluster's own spec.jobs, only spec.defaults.jobs.
+def test_cluster_own_jobs_are_inherited_last(kube: KubeEmulator, exporter: Exporter) -> None:
+    """The TerraformCluster's own spec.jobs is the last inherited layer, under spec.defaults.jobs.
 
-    This pins the older two-layer rule (an effective.go older than 2b1fddf4). docs/contract.md
-    section 2.9 adds the cluster's own spec.jobs as a last inherited layer; this expectation
-    changes with the code that implements it.
+    CAPTF effective.go at 2b1fddf48dd94c167dab2366ff29b3f9c87e4f32: clusterInherited =
+    MergeJobPolicy(defaults.Jobs, cluster.Spec.Jobs), and Resolve merges the machine's own spec.jobs over it.
     """
-    # defaults.jobs sets only the deadline: m2's 7200 deadline proves the link to tc2 is resolved
-    kube.create(terraform_object(TC, NS, "tc2", jobs={"lockTimeoutSeconds": 450},
-                                 defaults_jobs={"activeDeadlineSeconds": 7200}))
+    # issue 7's vector: spec.jobs {150, 1800}, no spec.defaults; the machine has no spec.jobs
+    kube.create(terraform_object(TC, NS, "tc2", jobs={"lockTimeoutSeconds": 150, "activeDeadlineSeconds": 1800}))
     kube.create(capi_cluster(NS, "cl2", "tc2"))
     kube.create(terraform_object(TM, NS, "m2", cluster_label="cl2"))
-    wait_samples(exporter, [timeout(TC, "tc2", 450), deadline(TM, "m2", 7200), timeout(TM, "m2", 300)], 20,
-                 "the cluster's own 450 for itself, the built-in 300 for its machine")
+    kube.create(terraform_object(TMP, NS, "p2", cluster_label="cl2"))
+    # spec.defaults.jobs sets only the deadline: it wins there, the cluster's own 450 fills the lock timeout
+    kube.create(terraform_object(TC, NS, "tc4", jobs={"lockTimeoutSeconds": 450, "activeDeadlineSeconds": 1200},
+                                 defaults_jobs={"activeDeadlineSeconds": 7200}))
+    kube.create(capi_cluster(NS, "cl4", "tc4"))
+    kube.create(terraform_object(TM, NS, "m4", cluster_label="cl4"))
+    kube.create(terraform_object(TM, NS, "own4", jobs={"activeDeadlineSeconds": 60}, cluster_label="cl4"))
+    wait_samples(exporter, [
+        timeout(TM, "m2", 150), deadline(TM, "m2", 1800),
+        timeout(TMP, "p2", 150), deadline(TMP, "p2", 1800),
+        timeout(TC, "tc2", 150), deadline(TC, "tc2", 1800),
+        timeout(TM, "m4", 450), deadline(TM, "m4", 7200),
+        timeout(TM, "own4", 450), deadline(TM, "own4", 60),
+        # the cluster itself never takes its spec.defaults
+        timeout(TC, "tc4", 450), deadline(TC, "tc4", 1200),
+    ], 20, "own, then spec.defaults.jobs, then the cluster's own spec.jobs, then built-in")
+    # a change of the cluster's own spec.jobs reaches its machines; an explicit 0 is inherited as set
+    kube.patch("terraformclusters", NS, "tc2", {"spec": {"jobs": {"lockTimeoutSeconds": 0,
+                                                                  "activeDeadlineSeconds": 900}}})
+    wait_samples(exporter, [timeout(TM, "m2", 0), deadline(TM, "m2", 900), timeout(TMP, "p2", 0)], 20,
+                 "the cluster's new spec.jobs 0 / 900")
+    # spec.defaults.jobs appears on tc2 and takes over the fields it sets
+    kube.patch("terraformclusters", NS, "tc2", {"spec": {"defaults": {"jobs": {"lockTimeoutSeconds": 75}}}})
+    wait_samples(exporter, [timeout(TM, "m2", 75), deadline(TM, "m2", 900)], 20,
+                 "defaults 75 over the cluster's own 0; the deadline still from spec.jobs")
 
 
 def test_label_fallback_without_capi_cluster(kube: KubeEmulator, exporter: Exporter) -> None:
