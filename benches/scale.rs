@@ -8,9 +8,9 @@ use std::time::Instant;
 use captf_lock_exporter::core::kind::Kind;
 use captf_lock_exporter::core::lockinfo::parse_lock_info;
 use captf_lock_exporter::core::suffix::{lock_lease_name, state_suffix};
-use captf_lock_exporter::index::{Change, Entry, LockLease, PodState, Resource, TfObject};
+use captf_lock_exporter::index::{IndexResource, LockLease, ObjectKey, PodState, TfObject};
 use captf_lock_exporter::metrics::{render, Format};
-use captf_lock_exporter::runtime::Shared;
+use captf_lock_exporter::shared::Shared;
 
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -38,7 +38,7 @@ fn main() {
             let name = format!("machine-{i}");
             let kind = Kind::TerraformMachine;
             let obj = TfObject { kind, name: name.clone(), cluster_label: Some(format!("c{}", i % 1000)), jobs: None, cluster: None };
-            ix.apply(Resource::TerraformMachines, Change { key: (ns.clone(), name.clone()), entry: Some(Entry::Object(obj)) }, now);
+            ix.apply((obj.kind, ObjectKey::new(&ns, &name)), obj, now);
             let suffix = state_suffix(&ns, kind, &name);
             // One lock in ten is held; a third of those by a live runner pod.
             let held = i % 10 == 0;
@@ -48,7 +48,7 @@ fn main() {
             });
             if i % 30 == 0 {
                 let pod = format!("captf-m-{name}-apply-a1-abc123-x7k2p");
-                ix.apply(Resource::Pods, Change { key: (ns.clone(), pod), entry: Some(Entry::Pod(PodState { finished: false })) }, now);
+                ix.apply(ObjectKey::new(&ns, pod), PodState { finished: false }, now);
             }
             let parsed = match &info {
                 Some(raw) => parse_lock_info(raw.as_bytes()).map(Some),
@@ -56,7 +56,7 @@ fn main() {
             };
             let holder = if held { format!("id-{i}") } else { String::new() };
             let lease = LockLease::new(ns.clone(), suffix.clone(), Some("TerraformMachine"), Some(name), holder, parsed);
-            ix.apply(Resource::Leases, Change { key: (ns, lock_lease_name(&suffix)), entry: Some(Entry::Lease(lease)) }, now);
+            ix.apply(ObjectKey::new(ns, lock_lease_name(&suffix)), lease, now);
         }
         Default::default()
     });

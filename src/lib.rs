@@ -4,7 +4,9 @@
 //! The flow is one-way: `watch` turns API objects into trimmed entries and
 //! feeds them to the `index`; the `verify` task confirms stale verdicts with
 //! live pod reads; `metrics` renders the index at scrape time; `server`
-//! serves it. `core` holds the pure rules mirrored from CAPTF.
+//! serves it. `core` holds the pure rules mirrored from CAPTF. `shared` is
+//! the state those tasks share, `supervise` keeps them running, `overdue`
+//! logs overdue locks. See docs/architecture.md.
 #![warn(missing_docs)]
 
 pub mod cli;
@@ -13,8 +15,9 @@ pub mod demo;
 pub mod health;
 pub mod index;
 pub mod metrics;
-pub mod runtime;
+pub mod overdue;
 pub mod server;
+pub mod shared;
 pub mod supervise;
 pub mod verify;
 pub mod watch;

@@ -3,11 +3,11 @@
 use std::process::ExitCode;
 
 use captf_lock_exporter::cli::{Cli, Command, LogFormat};
-use captf_lock_exporter::runtime::Shared;
+use captf_lock_exporter::shared::Shared;
 use captf_lock_exporter::supervise::{Stopped, Supervisor};
 use captf_lock_exporter::verify::PodSource;
 use captf_lock_exporter::watch::Timing;
-use captf_lock_exporter::{demo, server, verify, watch};
+use captf_lock_exporter::{server, verify, watch};
 use clap::Parser;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -98,18 +98,13 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             PodSource::Api(client)
         }
         Command::Demo => {
-            let sim = demo::Sim::new();
-            tasks.spawn("demo", demo::run(shared.clone(), sim.clone()));
-            tracing::info!("demo mode: simulated cluster, no Kubernetes API calls");
-            PodSource::Demo(sim)
+            // The demo moves to an in-process API server (next commit).
+            return Ok(());
         }
     };
     tasks.spawn(
         "overdue checker",
-        captf_lock_exporter::runtime::watch_overdue(
-            shared.clone(),
-            std::time::Duration::from_secs(1),
-        ),
+        captf_lock_exporter::overdue::run(shared.clone(), std::time::Duration::from_secs(1)),
     );
     tasks.spawn(
         "pod verifier",

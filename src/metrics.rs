@@ -18,7 +18,7 @@ use crate::core::classify::{is_overdue, HolderClass};
 use crate::health::{ErrorReason, ReadResult};
 use crate::index::unix_seconds;
 use crate::index::{ForceUnlocks, Resource};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 
 /// Content type of the OpenMetrics text format.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -353,10 +353,10 @@ impl Collector for LockCollector {
 impl LockCollector {
     /// Copies what the scrape needs under one short read lock.
     fn snapshot(&self, now: SystemTime) -> Snapshot {
-        let ix = match self.shared.index.read() {
-            Ok(ix) => ix,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        self.shared.read(|ix| Self::snapshot_of(ix, now))
+    }
+
+    fn snapshot_of(ix: &crate::index::Index, now: SystemTime) -> Snapshot {
         let mut locks = Vec::new();
         let mut objects = Vec::new();
         ix.for_each_lock(|v| {
@@ -369,7 +369,7 @@ impl LockCollector {
                 timeout: v.effective.lock_timeout_seconds,
                 deadline: v.effective.active_deadline_seconds,
             });
-            let (Some(class), Some((age, source))) = (v.lease.class, v.lease.age(now)) else {
+            let (Some(class), Some((age, source))) = (v.state.class, v.age(now)) else {
                 return;
             };
             let info = v.lease.info.as_ref();
@@ -423,7 +423,6 @@ impl LockCollector {
             }
         });
         drop(known);
-        drop(ix);
         force_unlocks.sort_by(|a, b| (&a.ns, &a.kind, &a.name).cmp(&(&b.ns, &b.kind, &b.name)));
         // Stable output order helps diffing and humans; cheap next to I/O.
         locks.sort_by(|a, b| (&a.ns, a.kind, &a.name).cmp(&(&b.ns, b.kind, &b.name)));
@@ -439,13 +438,7 @@ impl LockCollector {
 
 /// A short HTML status page for `/`.
 pub fn status_page(shared: &Shared) -> String {
-    let (per_class, sizes) = match shared.index.read() {
-        Ok(ix) => (ix.held_per_class(), ix.sizes()),
-        Err(p) => {
-            let ix = p.into_inner();
-            (ix.held_per_class(), ix.sizes())
-        }
-    };
+    let (per_class, sizes) = shared.read(|ix| (ix.held_per_class(), ix.sizes()));
     let mut rows = String::new();
     for (c, n) in per_class {
         let _ = write!(rows, "<tr><td>{}</td><td>{}</td></tr>", c.as_str(), n);

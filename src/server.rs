@@ -14,7 +14,7 @@ use tokio::net::TcpListener;
 
 use crate::health::NotUp;
 use crate::metrics::{render, status_page, Format};
-use crate::runtime::Shared;
+use crate::shared::Shared;
 
 /// Errors of the admin server.
 #[derive(Debug, thiserror::Error)]

@@ -12,8 +12,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use captf_lock_exporter::runtime::Shared;
 use captf_lock_exporter::server::handle;
+use captf_lock_exporter::shared::Shared;
 use captf_lock_exporter::verify::{self, PodSource};
 use captf_lock_exporter::watch::{self, Timing};
 use http_body_util::BodyExt;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use captf_lock_exporter::core::kind::Kind;
 use captf_lock_exporter::core::lockinfo::parse_lock_info;
 use captf_lock_exporter::core::suffix::{lock_lease_name, state_suffix};
-use captf_lock_exporter::index::{Change, Entry, LockLease, Resource, TfObject};
+use captf_lock_exporter::index::{IndexResource, LockLease, ObjectKey, TfObject};
 use captf_lock_exporter::metrics::{render, Format};
-use captf_lock_exporter::runtime::Shared;
+use captf_lock_exporter::shared::Shared;
 
 fn hostile_who() -> String {
     let mut who = String::from("ev\"il\\us\ner\t@");
@@ -44,22 +44,8 @@ fn shared_with_hostile_lock() -> Arc<Shared> {
         cluster: None,
     };
     shared.update(|ix, now| {
-        ix.apply(
-            Resource::TerraformMachines,
-            Change {
-                key: ("ns".into(), "web".into()),
-                entry: Some(Entry::Object(obj)),
-            },
-            now,
-        );
-        ix.apply(
-            Resource::Leases,
-            Change {
-                key: ("ns".into(), lock_lease_name(&suffix)),
-                entry: Some(Entry::Lease(lease)),
-            },
-            now,
-        )
+        ix.apply((obj.kind, ObjectKey::new("ns", "web")), obj, now);
+        ix.apply(ObjectKey::new("ns", lock_lease_name(&suffix)), lease, now)
     });
     shared
 }

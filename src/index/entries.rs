@@ -2,7 +2,8 @@
 
 use std::time::SystemTime;
 
-use crate::core::classify::{lock_id, HolderClass};
+use super::keys::ObjectKey;
+use crate::core::classify::lock_id;
 use crate::core::kind::Kind;
 use crate::core::lockinfo::{holder_host, LockInfo, LockInfoError};
 use crate::core::suffix::{kind_of_suffix, lock_lease_name};
@@ -55,12 +56,6 @@ pub struct LockLease {
     pub info: Option<LockInfo>,
     /// Why lock-info could not be used, when present but bad.
     pub info_error: Option<LockInfoError>,
-    /// When this exporter first saw this lock ID held.
-    pub first_seen_held: Option<SystemTime>,
-    /// Holder class while held, kept by the index.
-    pub class: Option<HolderClass>,
-    /// The overdue warning for this lock ID was logged.
-    pub overdue_logged: bool,
 }
 
 impl LockLease {
@@ -85,9 +80,6 @@ impl LockLease {
             holder_identity: cap(&holder_identity, MAX_LABEL_BYTES).to_string(),
             info,
             info_error,
-            first_seen_held: None,
-            class: None,
-            overdue_logged: false,
         }
     }
 
@@ -118,10 +110,11 @@ impl LockLease {
             .map_or("", |i| cap(&i.who, MAX_LABEL_BYTES))
     }
 
-    /// (namespace, host) of the holder, when Who names one.
-    pub fn holder_pod_key(&self) -> Option<(String, String)> {
+    /// The holder's host as a pod of the Lease's namespace, when Who
+    /// names one.
+    pub fn holder_pod_key(&self) -> Option<ObjectKey> {
         let host = holder_host(&self.info.as_ref()?.who)?;
-        Some((self.namespace.clone(), host.to_string()))
+        Some(ObjectKey::new(&self.namespace, host))
     }
 
     /// lock-info `Created` as Unix seconds, when usable.
@@ -131,8 +124,13 @@ impl LockLease {
     }
 
     /// Age at `now` and where it comes from; None when not held. A future
-    /// `Created` (clock skew) counts as age 0.
-    pub fn age(&self, now: SystemTime) -> Option<(f64, AgeSource)> {
+    /// `Created` (clock skew) counts as age 0; without a usable `Created`
+    /// the age runs from `first_seen_held`.
+    pub fn age(
+        &self,
+        now: SystemTime,
+        first_seen_held: Option<SystemTime>,
+    ) -> Option<(f64, AgeSource)> {
         if !self.is_held() {
             return None;
         }
@@ -140,7 +138,7 @@ impl LockLease {
         if let Some(created) = self.created_seconds() {
             return Some(((now_s - created).max(0.0), AgeSource::LockInfo));
         }
-        let seen = unix_seconds(self.first_seen_held.unwrap_or(now));
+        let seen = unix_seconds(first_seen_held.unwrap_or(now));
         Some(((now_s - seen).max(0.0), AgeSource::Observed))
     }
 }

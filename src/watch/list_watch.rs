@@ -23,8 +23,13 @@ use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 
 use crate::health::{ErrorReason, Success};
-use crate::index::Change;
-use crate::runtime::{Ingest, Shared};
+use crate::index::{Index, IndexResource};
+use crate::shared::Shared;
+use crate::watch::ingest::Ingest;
+use crate::watch::trim::Trimmed;
+
+/// The trimmed form of a watch object of item type `T`.
+type Item<T> = Trimmed<<Index as IndexResource<T>>::Key, T>;
 
 /// Time limits of the loop. [`Timing::DEFAULT`] is what production uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,12 +141,18 @@ impl Backoff {
 }
 
 /// What the loop reports to: the index (through `ingest`) and health.
-struct Sink<'a> {
+struct Sink<'a, T>
+where
+    Index: IndexResource<T>,
+{
     shared: &'a Shared,
-    ingest: Ingest,
+    ingest: Ingest<T>,
 }
 
-impl Sink<'_> {
+impl<T> Sink<'_, T>
+where
+    Index: IndexResource<T>,
+{
     fn success(&self) {
         if let Success::Recovered(after) = self.shared.health.on_success(self.ingest.watch_id()) {
             self.log_recovered(after);
@@ -152,7 +163,7 @@ impl Sink<'_> {
         let resource = self.ingest.resource();
         tracing::info!(
             resource = resource.as_str(),
-            scope = self.ingest.scope(),
+            scope = self.ingest.namespace(),
             down_seconds = after.as_secs(),
             "watch recovered"
         );
@@ -161,24 +172,24 @@ impl Sink<'_> {
     fn failure(&self, reason: ErrorReason, what: &str, detail: &dyn std::fmt::Display) {
         let resource = self.ingest.resource();
         if !self.shared.health.on_error(self.ingest.watch_id(), reason) {
-            tracing::debug!(resource = resource.as_str(), scope = self.ingest.scope(), reason = reason.as_str(), error = %detail, "{what} failed again");
+            tracing::debug!(resource = resource.as_str(), scope = self.ingest.namespace(), reason = reason.as_str(), error = %detail, "{what} failed again");
             return;
         }
         match reason {
             ErrorReason::NotFound => tracing::warn!(
                 resource = resource.as_str(),
-                scope = self.ingest.scope(),
+                scope = self.ingest.namespace(),
                 "resource not served by the API server (CRD not installed?); retrying"
             ),
             ErrorReason::Forbidden | ErrorReason::Unauthorized => tracing::warn!(
                 resource = resource.as_str(),
-                scope = self.ingest.scope(),
+                scope = self.ingest.namespace(),
                 reason = reason.as_str(),
                 "access denied (RBAC needs get/list/watch); retrying"
             ),
             _ => tracing::warn!(
                 resource = resource.as_str(),
-                scope = self.ingest.scope(),
+                scope = self.ingest.namespace(),
                 reason = reason.as_str(),
                 error = %detail,
                 "{what} failed; data of this resource is not current until it recovers; retrying with backoff"
@@ -186,7 +197,7 @@ impl Sink<'_> {
         }
     }
 
-    fn event(&mut self, ev: watcher::Event<Change>) {
+    fn event(&mut self, ev: watcher::Event<Item<T>>) {
         self.ingest.event(self.shared, ev);
     }
 }
@@ -196,18 +207,19 @@ impl Sink<'_> {
 /// Returns only when `give_up` accepts an error met before the first list
 /// succeeded (a version of a resource that is not served, a rejected
 /// selector), so the caller can try another way.
-pub async fn run<K, T>(
+pub async fn run<K, T, F>(
     shared: &Shared,
-    ingest: Ingest,
+    ingest: Ingest<T>,
     api: Api<K>,
     selectors: Selectors,
     timing: Timing,
-    trim: T,
+    trim: F,
     give_up: impl Fn(&kube::Error) -> bool,
 ) -> Exit
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-    T: Fn(&K) -> Change,
+    Index: IndexResource<T>,
+    F: Fn(&K) -> Item<T>,
 {
     let mut sink = Sink { shared, ingest };
     let mut backoff = Backoff::new(timing);
@@ -280,16 +292,17 @@ async fn bounded<F: std::future::Future<Output = Result<O, kube::Error>>, O>(
 
 /// Lists every page and hands the result to the index as one resync.
 /// Returns the list's resourceVersion, where the watch starts.
-async fn list<K, T>(
-    sink: &mut Sink<'_>,
+async fn list<K, T, F>(
+    sink: &mut Sink<'_, T>,
     api: &Api<K>,
     selectors: &Selectors,
     timing: Timing,
-    trim: &T,
+    trim: &F,
 ) -> Result<String, Failed>
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
-    T: Fn(&K) -> Change,
+    Index: IndexResource<T>,
+    F: Fn(&K) -> Item<T>,
 {
     let mut params = ListParams::default().limit(timing.page_size);
     if let Some(l) = selectors.labels {
@@ -326,17 +339,18 @@ enum WatchEnd {
     Failed(Failed, Option<String>),
 }
 
-async fn watch<K, T>(
-    sink: &mut Sink<'_>,
+async fn watch<K, T, F>(
+    sink: &mut Sink<'_, T>,
     api: &Api<K>,
     selectors: &Selectors,
     timing: Timing,
-    trim: &T,
+    trim: &F,
     mut rv: String,
 ) -> WatchEnd
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-    T: Fn(&K) -> Change,
+    Index: IndexResource<T>,
+    F: Fn(&K) -> Item<T>,
 {
     let secs = u32::try_from(timing.server_timeout.as_secs()).unwrap_or(60);
     let mut params = WatchParams::default().timeout(secs);

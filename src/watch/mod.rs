@@ -4,7 +4,10 @@
 //! A failing request backs off and retries forever; its failure is reported
 //! through `captf_lock_exporter_watch_up`, `watch_errors_total` and one log
 //! line per episode, never by ending the process (see [`list_watch`]).
+//! Where each resource is served comes from the resource table
+//! ([`Resource::spec`]).
 
+pub mod ingest;
 pub mod list_watch;
 pub mod trim;
 
@@ -13,40 +16,33 @@ use std::sync::Arc;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::Client;
 
-use crate::core::kind::{Kind, API_GROUP, API_VERSION};
+use crate::core::kind::Kind;
 use crate::health::ErrorReason;
-use crate::index::Resource;
-use crate::runtime::{Ingest, Shared};
+use crate::index::{Index, IndexResource, Resource};
+use crate::shared::Shared;
+use ingest::Ingest;
 pub use list_watch::{reason_of, Exit, Selectors, Timing};
 
-/// CAPI's API group; v1beta2 first, v1beta1 on older installs.
-const CAPI_GROUP: &str = "cluster.x-k8s.io";
-const CAPI_VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
-
-fn api_for<K>(client: &Client, ns: Option<&str>, ar: &ApiResource) -> Api<K>
+/// The API of `resource` at `version`, in `ns` or across all namespaces.
+pub fn api_of<K>(client: &Client, ns: Option<&str>, resource: Resource, version: &str) -> Api<K>
 where
     K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
 {
+    let spec = resource.spec();
+    let gvk = GroupVersionKind::gvk(spec.group, version, spec.kind);
+    let ar = ApiResource::from_gvk_with_plural(&gvk, spec.plural);
     match ns {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
-        None => Api::all_with(client.clone(), ar),
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
     }
 }
 
-fn typed_api<K>(
-    client: &Client,
-    ns: Option<&str>,
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-) -> Api<K>
-where
-    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>,
-{
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
-    api_for(client, ns, &ar)
+fn selectors(resource: Resource, with_fields: bool) -> Selectors {
+    let spec = resource.spec();
+    Selectors {
+        labels: spec.label_selector,
+        fields: spec.field_selector.filter(|_| with_fields),
+    }
 }
 
 /// Spawns every watch for the namespaces in `scopes` (None: all namespaces)
@@ -87,71 +83,91 @@ fn is_bad_request(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 400)
 }
 
+fn never(_: &kube::Error) -> bool {
+    false
+}
+
+/// Watches one resource of a single-version group with its table selectors.
+async fn watch_simple<K, T, F>(
+    client: &Client,
+    shared: &Shared,
+    resource: Resource,
+    ns: Option<String>,
+    scope: <Index as IndexResource<T>>::Scope,
+    timing: Timing,
+    trim: F,
+) where
+    K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+    Index: IndexResource<T>,
+    F: Fn(&K) -> trim::Trimmed<<Index as IndexResource<T>>::Key, T>,
+{
+    let version = resource.spec().versions.first().copied().unwrap_or("v1");
+    let api: Api<K> = api_of(client, ns.as_deref(), resource, version);
+    let ingest = Ingest::new(shared, resource, ns, scope);
+    let sel = selectors(resource, true);
+    list_watch::run(shared, ingest, api, sel, timing, trim, never).await;
+}
+
 async fn watch_resource(
     client: Client,
     shared: Arc<Shared>,
     resource: Resource,
-    scope: Option<String>,
+    ns: Option<String>,
     timing: Timing,
 ) {
-    let ns = scope.as_deref();
-    let never = |_: &kube::Error| false;
+    let s = &shared;
     match resource {
         Resource::Leases => {
-            let api: Api<trim::LeaseObject> =
-                typed_api(&client, ns, "coordination.k8s.io", "v1", "Lease", "leases");
-            let sel = Selectors {
-                labels: Some(trim::LEASE_SELECTOR),
-                fields: None,
-            };
-            let ingest = Ingest::new(&shared, resource, scope.clone());
-            list_watch::run(&shared, ingest, api, sel, timing, trim::lease, never).await;
+            let scope = ns.clone();
+            watch_simple::<trim::LeaseObject, _, _>(
+                &client,
+                s,
+                resource,
+                ns,
+                scope,
+                timing,
+                trim::lease,
+            )
+            .await
         }
         Resource::Pods => {
-            let api: Api<trim::PodObject> = typed_api(&client, ns, "", "v1", "Pod", "pods");
-            let sel = Selectors {
-                labels: Some(trim::POD_SELECTOR),
-                fields: None,
-            };
-            let ingest = Ingest::new(&shared, resource, scope.clone());
-            list_watch::run(&shared, ingest, api, sel, timing, trim::pod, never).await;
+            let scope = ns.clone();
+            watch_simple::<trim::PodObject, _, _>(
+                &client,
+                s,
+                resource,
+                ns,
+                scope,
+                timing,
+                trim::pod,
+            )
+            .await
         }
         Resource::TerraformClusters
         | Resource::TerraformMachines
         | Resource::TerraformMachinePools => {
             let kind = resource.kind().unwrap_or(Kind::TerraformMachine);
-            let api: Api<DynamicObject> = typed_api(
-                &client,
-                ns,
-                API_GROUP,
-                API_VERSION,
-                kind.as_str(),
-                kind.plural(),
-            );
-            let ingest = Ingest::new(&shared, resource, scope.clone());
+            let scope = (kind, ns.clone());
             let trim = move |o: &DynamicObject| trim::terraform_object(kind, o);
-            list_watch::run(
-                &shared,
-                ingest,
-                api,
-                Selectors::default(),
-                timing,
-                trim,
-                never,
-            )
-            .await;
+            watch_simple(&client, s, resource, ns, scope, timing, trim).await
         }
         Resource::Clusters => loop {
-            // v1beta2 first; a 404 before the first list tries v1beta1.
-            for version in CAPI_VERSIONS {
-                let api: Api<DynamicObject> =
-                    typed_api(&client, ns, CAPI_GROUP, version, "Cluster", "clusters");
-                let ingest = Ingest::new(&shared, resource, scope.clone());
+            // The first version the server lists is watched; a 404 before
+            // the first list tries the next.
+            for version in resource.spec().versions {
+                let api: Api<DynamicObject> = api_of(&client, ns.as_deref(), resource, version);
+                let ingest = Ingest::new(s, resource, ns.clone(), ns.clone());
+                let sel = selectors(resource, true);
                 let Exit::GaveUp(err) = list_watch::run(
-                    &shared,
+                    s,
                     ingest,
                     api,
-                    Selectors::default(),
+                    sel,
                     timing,
                     trim::capi_cluster,
                     is_not_found,
@@ -159,14 +175,12 @@ async fn watch_resource(
                 .await;
                 tracing::debug!(version, error = %err, "CAPI Cluster version not served; trying the next");
             }
-            // Neither version is served: CAPI is not installed (yet).
-            let id = shared
-                .health
-                .register(resource, scope.as_deref().unwrap_or(""));
-            if shared.health.on_error(id, ErrorReason::NotFound) {
+            // No version is served: CAPI is not installed (yet).
+            let id = s.health.register(resource, ns.as_deref().unwrap_or(""));
+            if s.health.on_error(id, ErrorReason::NotFound) {
                 tracing::warn!(
                     resource = resource.as_str(),
-                    scope = scope.as_deref().unwrap_or(""),
+                    namespace = ns.as_deref().unwrap_or(""),
                     "CAPI Clusters not served (v1beta2, v1beta1); timeouts fall back to the namespace's TerraformCluster; retrying"
                 );
             }
@@ -175,37 +189,18 @@ async fn watch_resource(
         Resource::Events => {
             // Filter server side where the API server supports the field
             // selector; a 400 for it falls back to client-side filtering.
-            let api: Api<DynamicObject> =
-                typed_api(&client, ns, "events.k8s.io", "v1", "Event", "events");
-            let sel = Selectors {
-                labels: None,
-                fields: Some(trim::EVENT_FIELD_SELECTOR),
-            };
-            let ingest = Ingest::new(&shared, resource, scope.clone());
-            let Exit::GaveUp(_) = list_watch::run(
-                &shared,
-                ingest,
-                api.clone(),
-                sel,
-                timing,
-                trim::force_unlock_event,
-                is_bad_request,
-            )
-            .await;
+            let api: Api<DynamicObject> = api_of(&client, ns.as_deref(), resource, "v1");
+            let ingest = Ingest::new(s, resource, ns.clone(), ns.clone());
+            let sel = selectors(resource, true);
+            let trim = trim::force_unlock_event;
+            let Exit::GaveUp(_) =
+                list_watch::run(s, ingest, api.clone(), sel, timing, trim, is_bad_request).await;
             tracing::info!(
                 "the API server rejects the Event field selector; filtering Events client side"
             );
-            let ingest = Ingest::new(&shared, resource, scope.clone());
-            list_watch::run(
-                &shared,
-                ingest,
-                api,
-                Selectors::default(),
-                timing,
-                trim::force_unlock_event,
-                never,
-            )
-            .await;
+            let ingest = Ingest::new(s, resource, ns.clone(), ns);
+            let sel = selectors(resource, false);
+            list_watch::run(s, ingest, api, sel, timing, trim, never).await;
         }
     }
 }

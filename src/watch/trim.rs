@@ -14,7 +14,11 @@ use crate::core::kind::Kind;
 use crate::core::lockinfo::parse_lock_info;
 use crate::core::suffix::suffix_of_lock_lease;
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
-use crate::index::{CapiCluster, Change, Entry, ForceUnlockEvent, LockLease, PodState, TfObject};
+use crate::index::{CapiCluster, ForceUnlockEvent, LockLease, ObjectKey, PodState, TfObject};
+
+/// A trimmed watch object: its key, and what the index keeps of it (None
+/// when it does not pass the filters, which the index treats as a delete).
+pub type Trimmed<K, T> = (K, Option<T>);
 
 /// Label every backend-created lock Lease carries.
 pub const TFSTATE_LABEL: &str = "tfstate";
@@ -30,12 +34,6 @@ pub const OWNER_KIND_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-
 pub const OWNER_NAME_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-name";
 /// CAPI's cluster-name label.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-
-/// Server-side selector for lock Leases (also checked client side: not every
-/// API server honours selectors).
-pub const LEASE_SELECTOR: &str = "tfstate=true,!captf.io/lease";
-/// Server-side selector for runner pods.
-pub const POD_SELECTOR: &str = "captf.io/managed=true";
 
 fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let v = Value::deserialize(d)?;
@@ -65,20 +63,20 @@ pub struct PodStatus {
 /// A pod decoded with only its status phase (the spec is skipped unread).
 pub type PodObject = Object<Option<serde::de::IgnoredAny>, PodStatus>;
 
-fn key_of(meta: &kube::core::ObjectMeta) -> (String, String) {
-    (
+fn key_of(meta: &kube::core::ObjectMeta) -> ObjectKey {
+    ObjectKey::new(
         meta.namespace.clone().unwrap_or_default(),
         meta.name.clone().unwrap_or_default(),
     )
 }
 
-/// A Lease as a change: an entry when it is a state lock, else a removal.
-pub fn lease(obj: &LeaseObject) -> Change {
+/// A Lease: kept when it is a state lock.
+pub fn lease(obj: &LeaseObject) -> Trimmed<ObjectKey, LockLease> {
     let key = key_of(&obj.metadata);
     let labels = obj.labels();
     let is_lock = labels.get(TFSTATE_LABEL).map(String::as_str) == Some("true")
         && !labels.contains_key(CAPTF_LEASE_LABEL);
-    let suffix = suffix_of_lock_lease(&key.1).map(str::to_owned);
+    let suffix = suffix_of_lock_lease(&key.name).map(str::to_owned);
     let entry = match (is_lock, suffix) {
         (true, Some(suffix)) => {
             let holder = obj
@@ -90,31 +88,29 @@ pub fn lease(obj: &LeaseObject) -> Change {
                 Some(raw) if !raw.is_empty() => parse_lock_info(raw.as_bytes()).map(Some),
                 _ => Ok(None),
             };
-            Some(Entry::Lease(LockLease::new(
-                key.0.clone(),
+            Some(LockLease::new(
+                key.namespace.clone(),
                 suffix,
                 labels.get(OWNER_KIND_LABEL).map(String::as_str),
                 labels.get(OWNER_NAME_LABEL).cloned(),
                 holder,
                 info,
-            )))
+            ))
         }
         _ => None,
     };
-    Change { key, entry }
+    (key, entry)
 }
 
-/// A runner pod as a change.
-pub fn pod(obj: &PodObject) -> Change {
+/// A runner pod: kept when CAPTF manages it.
+pub fn pod(obj: &PodObject) -> Trimmed<ObjectKey, PodState> {
     let key = key_of(&obj.metadata);
     let managed = obj.labels().get(MANAGED_LABEL).map(String::as_str) == Some("true");
     let phase = obj.status.as_ref().map_or("", |s| s.phase.as_str());
-    let entry = managed.then(|| {
-        Entry::Pod(PodState {
-            finished: crate::core::classify::is_terminal_phase(phase),
-        })
+    let entry = managed.then(|| PodState {
+        finished: crate::core::classify::is_terminal_phase(phase),
     });
-    Change { key, entry }
+    (key, entry)
 }
 
 fn int_at(v: &Value, path: &[&str]) -> Option<i64> {
@@ -133,8 +129,8 @@ fn jobs_policy(jobs: Option<&Value>) -> Option<JobsPolicy> {
     })
 }
 
-/// A Terraform* object as a change.
-pub fn terraform_object(kind: Kind, obj: &DynamicObject) -> Change {
+/// A Terraform* object.
+pub fn terraform_object(kind: Kind, obj: &DynamicObject) -> Trimmed<(Kind, ObjectKey), TfObject> {
     let key = key_of(&obj.metadata);
     let spec = obj.data.get("spec");
     let jobs = jobs_policy(spec.and_then(|s| s.get("jobs")));
@@ -145,21 +141,18 @@ pub fn terraform_object(kind: Kind, obj: &DynamicObject) -> Change {
                 .and_then(|d| d.get("jobs")),
         ),
     });
-    let entry = Entry::Object(TfObject {
+    let entry = TfObject {
         kind,
-        name: key.1.clone(),
+        name: key.name.clone(),
         cluster_label: obj.labels().get(CLUSTER_NAME_LABEL).cloned(),
         jobs,
         cluster,
-    });
-    Change {
-        key,
-        entry: Some(entry),
-    }
+    };
+    ((kind, key), Some(entry))
 }
 
-/// A CAPI Cluster (v1beta2 or v1beta1) as a change.
-pub fn capi_cluster(obj: &DynamicObject) -> Change {
+/// A CAPI Cluster (v1beta2 or v1beta1).
+pub fn capi_cluster(obj: &DynamicObject) -> Trimmed<ObjectKey, CapiCluster> {
     let key = key_of(&obj.metadata);
     let r = obj
         .data
@@ -178,18 +171,13 @@ pub fn capi_cluster(obj: &DynamicObject) -> Change {
         },
         None => InfraRef::from_api_version(text("apiVersion"), text("kind"), text("name")),
     };
-    Change {
-        key,
-        entry: Some(Entry::Capi(CapiCluster { infra_ref })),
-    }
+    (key, Some(CapiCluster { infra_ref }))
 }
 
 /// Reason of the controller's force-unlock Events.
 pub const FORCE_UNLOCKED_REASON: &str = "ForceUnlocked";
 /// reportingController of CAPTF's Events.
 pub const CAPTF_CONTROLLER: &str = "captf-manager";
-/// Server-side field selector for those Events, where supported.
-pub const EVENT_FIELD_SELECTOR: &str = "reason=ForceUnlocked";
 
 fn rfc3339_seconds(v: Option<&Value>) -> Option<f64> {
     let s = v?.as_str()?;
@@ -197,9 +185,9 @@ fn rfc3339_seconds(v: Option<&Value>) -> Option<f64> {
     Some(t.timestamp() as f64 + f64::from(t.timestamp_subsec_nanos()) / 1e9)
 }
 
-/// An events.k8s.io/v1 Event as a change: an entry for CAPTF's
-/// ForceUnlocked Events, else a removal (filtered client side as well).
-pub fn force_unlock_event(obj: &DynamicObject) -> Change {
+/// An events.k8s.io/v1 Event: kept when it is one of CAPTF's
+/// ForceUnlocked Events (filtered client side as well).
+pub fn force_unlock_event(obj: &DynamicObject) -> Trimmed<ObjectKey, ForceUnlockEvent> {
     let key = key_of(&obj.metadata);
     let d = &obj.data;
     let text = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or_default();
@@ -234,14 +222,14 @@ pub fn force_unlock_event(obj: &DynamicObject) -> Change {
             });
         let namespace = Some(reg("namespace"))
             .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| key.0.clone());
-        Entry::ForceUnlock(ForceUnlockEvent {
+            .unwrap_or_else(|| key.namespace.clone());
+        ForceUnlockEvent {
             namespace,
             kind: reg("kind"),
             name: reg("name"),
             occurrences,
             last_seen,
-        })
+        }
     });
-    Change { key, entry }
+    (key, entry)
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use captf_lock_exporter::metrics::{render, Format};
-use captf_lock_exporter::runtime::Shared;
+use captf_lock_exporter::shared::Shared;
 use captf_lock_exporter::verify::{self, PodSource};
 use captf_lock_exporter::watch;
 use http::{Method, Request, Response};

@@ -1,0 +1,146 @@
+//! Force-unlock counters, per object, from CAPTF's ForceUnlocked Events.
+//!
+//! Each distinct Event counts once, and each later increase of its
+//! `series.count` again, at most [`MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE`] per
+//! update. Events already present when a watch first lists are history:
+//! they set the last-seen time but are not counted, or a restart would
+//! count them twice. A counter outlives its object only while a stored
+//! Event still names it.
+
+use std::collections::{HashMap, HashSet};
+
+use super::entries::{ForceUnlockEvent, ForceUnlocks};
+use super::keys::{ObjectKey, ObjectRef};
+
+/// Most force-unlocks one Event update may add to a counter. CAPTF emits
+/// each ForceUnlocked Event once, without a series (every Job names a new
+/// related object), so a real update adds 1; a series count that jumps
+/// further is a bad or hostile Event and must not move the counter by
+/// billions. Alerts fire on any increase, so capping the size of one
+/// increase never hides a page. See docs/decisions/exporter.md.
+pub const MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE: u64 = 10;
+
+/// The force-unlock sub-index.
+#[derive(Debug, Default)]
+pub struct ForceUnlockIndex {
+    /// Occurrences counted so far per Event.
+    events: HashMap<ObjectKey, ForceUnlockEvent>,
+    /// Event watch scopes whose first list is done.
+    baselined: HashSet<String>,
+    counters: HashMap<ObjectRef, ForceUnlocks>,
+    /// How many stored Events name each object.
+    refs: HashMap<ObjectRef, usize>,
+}
+
+fn regarding(ev: &ForceUnlockEvent) -> ObjectRef {
+    ObjectRef::new(&ev.namespace, &ev.kind, &ev.name)
+}
+
+impl ForceUnlockIndex {
+    /// Stores an Event seen on a live watch (it counts).
+    /// `known` says whether an object still exists (for counter cleanup).
+    pub fn apply(
+        &mut self,
+        key: ObjectKey,
+        ev: ForceUnlockEvent,
+        known: &dyn Fn(&ObjectRef) -> bool,
+    ) {
+        self.store(key, ev, true, known);
+    }
+
+    /// Forgets an Event (deleted or expired).
+    pub fn delete(&mut self, key: &ObjectKey, known: &dyn Fn(&ObjectRef) -> bool) {
+        if let Some(old) = self.events.remove(key) {
+            self.release(regarding(&old), known);
+        }
+    }
+
+    /// The end of a (re)list of Events in `scope`: Events gone from the list
+    /// are forgotten; listed ones count only when this scope has listed
+    /// before (a first list is history).
+    pub fn reset(
+        &mut self,
+        scope: Option<&str>,
+        items: Vec<(ObjectKey, ForceUnlockEvent)>,
+        known: &dyn Fn(&ObjectRef) -> bool,
+    ) {
+        let scope_name = scope.unwrap_or("").to_string();
+        let counting = self.baselined.contains(&scope_name);
+        let listed: HashSet<&ObjectKey> = items.iter().map(|(k, _)| k).collect();
+        let stale: Vec<ObjectKey> = self
+            .events
+            .keys()
+            .filter(|k| scope.is_none_or(|s| s == k.namespace) && !listed.contains(k))
+            .cloned()
+            .collect();
+        for key in stale {
+            self.delete(&key, known);
+        }
+        for (key, ev) in items {
+            self.store(key, ev, counting, known);
+        }
+        self.baselined.insert(scope_name);
+    }
+
+    fn store(
+        &mut self,
+        key: ObjectKey,
+        ev: ForceUnlockEvent,
+        counting: bool,
+        known: &dyn Fn(&ObjectRef) -> bool,
+    ) {
+        let previous = self.events.get(&key);
+        let before = previous.map(|e| e.occurrences);
+        let old_ref = previous.map(regarding);
+        let new_ref = regarding(&ev);
+        if old_ref.as_ref() != Some(&new_ref) {
+            *self.refs.entry(new_ref.clone()).or_default() += 1;
+            if let Some(old) = old_ref {
+                self.release(old, known);
+            }
+        }
+        let added = match before {
+            Some(b) => ev.occurrences.saturating_sub(b),
+            None if counting => ev.occurrences,
+            None => 0,
+        }
+        .min(MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE);
+        let counter = self.counters.entry(new_ref).or_default();
+        counter.total = counter.total.saturating_add(added);
+        if let Some(t) = ev.last_seen {
+            counter.last_seen = Some(counter.last_seen.map_or(t, |c: f64| c.max(t)));
+        }
+        let occurrences = before.map_or(ev.occurrences, |b| b.max(ev.occurrences));
+        self.events
+            .insert(key, ForceUnlockEvent { occurrences, ..ev });
+    }
+
+    fn release(&mut self, obj: ObjectRef, known: &dyn Fn(&ObjectRef) -> bool) {
+        if let Some(n) = self.refs.get_mut(&obj) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.refs.remove(&obj);
+                self.gc(&obj, known);
+            }
+        }
+    }
+
+    /// Drops the counter of an object that is gone and that no stored Event
+    /// names any more, so deleted objects leave no series behind.
+    pub fn gc(&mut self, obj: &ObjectRef, known: &dyn Fn(&ObjectRef) -> bool) {
+        if self.refs.contains_key(obj) || known(obj) {
+            return;
+        }
+        self.counters.remove(obj);
+    }
+
+    /// The counter of an object (zero when none was seen).
+    pub fn of(&self, obj: &ObjectRef) -> ForceUnlocks {
+        self.counters.get(obj).copied().unwrap_or_default()
+    }
+
+    /// Every counter, known object or not.
+    pub fn counters(&self) -> impl Iterator<Item = (&ObjectRef, &ForceUnlocks)> {
+        self.counters.iter()
+    }
+}

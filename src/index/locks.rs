@@ -1,0 +1,128 @@
+//! Lock Leases, what the index derives about each, and the links from a
+//! holder pod to the locks it holds.
+
+use std::collections::{HashMap, HashSet};
+use std::time::SystemTime;
+
+use super::entries::{AgeSource, LockLease};
+use super::keys::{LockKey, ObjectKey};
+use crate::core::classify::HolderClass;
+
+/// What the index derives about a lock; never taken from the Lease.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LockState {
+    /// Holder class while held.
+    pub class: Option<HolderClass>,
+    /// When this exporter first saw this lock ID held.
+    pub first_seen_held: Option<SystemTime>,
+    /// The overdue warning for this lock ID was logged.
+    pub overdue_logged: bool,
+}
+
+/// A lock Lease and its derived state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lock {
+    /// The trimmed Lease.
+    pub lease: LockLease,
+    /// Derived by the index.
+    pub state: LockState,
+}
+
+impl Lock {
+    /// Age at `now` and its source; None when not held.
+    pub fn age(&self, now: SystemTime) -> Option<(f64, AgeSource)> {
+        self.lease.age(now, self.state.first_seen_held)
+    }
+}
+
+/// The lock sub-index.
+#[derive(Debug, Default)]
+pub struct LockIndex {
+    locks: HashMap<LockKey, Lock>,
+    /// Locks per holder pod, for pod-driven reclassification.
+    by_holder: HashMap<ObjectKey, HashSet<LockKey>>,
+}
+
+impl LockIndex {
+    /// Stores a lock and links it to its holder pod; returns the lock it
+    /// replaced.
+    pub fn insert(&mut self, key: LockKey, lock: Lock) -> Option<Lock> {
+        let old = self.remove(&key);
+        if let Some(pod) = lock.lease.holder_pod_key() {
+            self.by_holder.entry(pod).or_default().insert(key.clone());
+        }
+        self.locks.insert(key, lock);
+        old
+    }
+
+    /// Removes a lock and its holder link.
+    pub fn remove(&mut self, key: &LockKey) -> Option<Lock> {
+        let old = self.locks.remove(key)?;
+        if let Some(pod) = old.lease.holder_pod_key() {
+            if let Some(set) = self.by_holder.get_mut(&pod) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.by_holder.remove(&pod);
+                }
+            }
+        }
+        Some(old)
+    }
+
+    /// A lock.
+    pub fn get(&self, key: &LockKey) -> Option<&Lock> {
+        self.locks.get(key)
+    }
+
+    /// A lock, for the index to update its derived state.
+    pub fn get_mut(&mut self, key: &LockKey) -> Option<&mut Lock> {
+        self.locks.get_mut(key)
+    }
+
+    /// Whether a lock has this key.
+    pub fn contains(&self, key: &LockKey) -> bool {
+        self.locks.contains_key(key)
+    }
+
+    /// Every lock.
+    pub fn iter(&self) -> impl Iterator<Item = (&LockKey, &Lock)> {
+        self.locks.iter()
+    }
+
+    /// Lease keys of the locks in `scope` (all namespaces when None).
+    pub fn lease_keys(&self, scope: Option<&str>) -> Vec<ObjectKey> {
+        self.locks
+            .values()
+            .filter(|l| scope.is_none_or(|s| s == l.lease.namespace))
+            .map(|l| ObjectKey::new(&l.lease.namespace, l.lease.lease_name()))
+            .collect()
+    }
+
+    /// The locks a holder pod holds.
+    pub fn held_by(&self, pod: &ObjectKey) -> Vec<LockKey> {
+        self.by_holder
+            .get(pod)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether some lock names this pod as its holder.
+    pub fn is_holder(&self, pod: &ObjectKey) -> bool {
+        self.by_holder.contains_key(pod)
+    }
+
+    /// Every pod some lock names as its holder.
+    pub fn holders(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.by_holder.keys()
+    }
+
+    /// Number of lock Leases.
+    pub fn len(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// No lock Lease known.
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty()
+    }
+}

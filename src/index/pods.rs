@@ -1,0 +1,127 @@
+//! Runner pods: the watch cache and the live reads that confirm it.
+//!
+//! A lock is called stale only when CAPTF would call it stale, and CAPTF
+//! reads the holder pod uncached. So a pod the cache shows gone or finished
+//! is read live before its lock turns `own_stale`; this sub-index keeps the
+//! cache, the reads' results, and decides which pods need a read.
+
+use std::collections::HashMap;
+
+use super::entries::PodState;
+use super::keys::ObjectKey;
+use crate::core::classify::PodEvidence;
+
+/// What a live read of a holder pod found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodRead {
+    /// The pod exists and has not reached Succeeded or Failed.
+    Live,
+    /// The pod exists with phase Succeeded or Failed.
+    Finished,
+    /// The API server answered not found.
+    Gone,
+    /// The read failed for another reason (403, 500, transport).
+    Failed,
+}
+
+/// The pod sub-index.
+#[derive(Debug, Default)]
+pub struct PodIndex {
+    cache: HashMap<ObjectKey, PodState>,
+    /// Live reads of holder pods the cache called not live.
+    reads: HashMap<ObjectKey, PodRead>,
+}
+
+impl PodIndex {
+    /// Stores a pod from the watch. Returns true when the holder's verdict
+    /// may have changed (the cache moved, or no read describes it).
+    pub fn apply(&mut self, key: ObjectKey, pod: PodState) -> bool {
+        let before = self.cached_live(&key);
+        self.cache.insert(key.clone(), pod);
+        self.moved(key, before)
+    }
+
+    /// Removes a pod from the cache; same return as [`PodIndex::apply`].
+    pub fn delete(&mut self, key: &ObjectKey) -> bool {
+        let before = self.cached_live(key);
+        self.cache.remove(key);
+        self.moved(key.clone(), before)
+    }
+
+    fn moved(&mut self, key: ObjectKey, before: bool) -> bool {
+        if before == self.cached_live(&key) && self.reads.contains_key(&key) {
+            return false;
+        }
+        // The cache moved: an earlier live read no longer describes the pod.
+        self.reads.remove(&key);
+        true
+    }
+
+    /// Keys of cached pods in `scope` (all namespaces when None).
+    pub fn keys_in(&self, scope: Option<&str>) -> Vec<ObjectKey> {
+        self.cache
+            .keys()
+            .filter(|k| scope.is_none_or(|s| s == k.namespace))
+            .cloned()
+            .collect()
+    }
+
+    /// The cache shows the pod, not finished.
+    pub fn cached_live(&self, pod: &ObjectKey) -> bool {
+        self.cache.get(pod).is_some_and(|p| !p.finished)
+    }
+
+    /// Records a live read.
+    pub fn record_read(&mut self, pod: ObjectKey, read: PodRead) {
+        self.reads.insert(pod, read);
+    }
+
+    /// What is known of a holder pod; None while a live read is pending.
+    pub fn evidence(&self, pod: &ObjectKey) -> Option<PodEvidence> {
+        if self.cached_live(pod) {
+            return Some(PodEvidence::Live);
+        }
+        Some(match self.reads.get(pod)? {
+            PodRead::Live => PodEvidence::Live,
+            PodRead::Finished => PodEvidence::Finished,
+            PodRead::Gone => PodEvidence::Gone,
+            PodRead::Failed => PodEvidence::Unreadable,
+        })
+    }
+
+    /// Whether a read of a holder pod is still useful: the cache does not
+    /// show it live and no read has settled it as gone or finished.
+    pub fn needs_read(&self, pod: &ObjectKey) -> bool {
+        !self.cached_live(pod)
+            && !matches!(
+                self.reads.get(pod),
+                Some(PodRead::Gone) | Some(PodRead::Finished)
+            )
+    }
+
+    /// Whether a holder pod needs a new read on the periodic re-check: the
+    /// cache does not show it live and its last read failed or found it
+    /// live (cache lag that has not resolved), or it was never read.
+    pub fn needs_recheck(&self, pod: &ObjectKey) -> bool {
+        !self.cached_live(pod)
+            && matches!(
+                self.reads.get(pod),
+                None | Some(PodRead::Failed) | Some(PodRead::Live)
+            )
+    }
+
+    /// Drops read results of pods `still_named` rejects.
+    pub fn gc_reads(&mut self, still_named: impl Fn(&ObjectKey) -> bool) {
+        self.reads.retain(|pod, _| still_named(pod));
+    }
+
+    /// Number of cached pods.
+    pub fn len(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// No pod cached.
+    pub fn is_empty(&self) -> bool {
+        self.cache.is_empty()
+    }
+}

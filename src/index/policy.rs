@@ -1,0 +1,158 @@
+//! Terraform* objects and CAPI Clusters: who the objects are, and their
+//! effective Job timeouts, resolved as CAPTF resolves them.
+//!
+//! Objects are keyed by [`LockKey`] (namespace, state suffix), the key their
+//! lock Lease has too. TerraformClusters are also indexed by name and by
+//! their `cluster.x-k8s.io/cluster-name` label, CAPI Clusters by name, so
+//! inheritance is a few hash lookups.
+
+use std::collections::HashMap;
+
+use super::entries::{CapiCluster, TerraformCluster, TfObject};
+use super::keys::{LockKey, ObjectKey};
+use crate::core::kind::Kind;
+use crate::core::suffix::state_suffix;
+use crate::core::timeouts::{
+    resolve, terraform_cluster_name, CapiClusterLookup, ClusterPolicies, Resolved,
+};
+
+/// The policy sub-index.
+#[derive(Debug, Default)]
+pub struct PolicyIndex {
+    objects: HashMap<LockKey, TfObject>,
+    clusters: HashMap<ObjectKey, TerraformCluster>,
+    /// TerraformCluster names per (namespace, cluster-name label).
+    clusters_by_label: HashMap<ObjectKey, Vec<String>>,
+    capi: HashMap<ObjectKey, CapiCluster>,
+}
+
+impl PolicyIndex {
+    /// Stores a Terraform* object; returns its lock key.
+    pub fn apply_object(&mut self, key: ObjectKey, obj: TfObject) -> LockKey {
+        let lock = self.remove_object(obj.kind, &key);
+        if let Some(tc) = &obj.cluster {
+            if let Some(label) = &obj.cluster_label {
+                self.clusters_by_label
+                    .entry(ObjectKey::new(&key.namespace, label))
+                    .or_default()
+                    .push(key.name.clone());
+            }
+            self.clusters.insert(
+                key,
+                TerraformCluster {
+                    cluster_label: obj.cluster_label.clone(),
+                    policies: *tc,
+                },
+            );
+        }
+        self.objects.insert(lock.clone(), obj);
+        lock
+    }
+
+    /// Removes a Terraform* object; returns its lock key.
+    pub fn remove_object(&mut self, kind: Kind, key: &ObjectKey) -> LockKey {
+        let lock = LockKey::new(
+            &key.namespace,
+            state_suffix(&key.namespace, kind, &key.name),
+        );
+        self.objects.remove(&lock);
+        if kind == Kind::TerraformCluster {
+            if let Some(old) = self.clusters.remove(key) {
+                self.unindex_label(key, old.cluster_label.as_deref());
+            }
+        }
+        lock
+    }
+
+    fn unindex_label(&mut self, key: &ObjectKey, label: Option<&str>) {
+        let Some(label) = label else { return };
+        let k = ObjectKey::new(&key.namespace, label);
+        if let Some(names) = self.clusters_by_label.get_mut(&k) {
+            names.retain(|n| *n != key.name);
+            if names.is_empty() {
+                self.clusters_by_label.remove(&k);
+            }
+        }
+    }
+
+    /// Keys of the objects of `kind` in `scope` (all namespaces when None).
+    pub fn object_keys(&self, kind: Kind, scope: Option<&str>) -> Vec<ObjectKey> {
+        self.objects
+            .iter()
+            .filter(|(k, o)| o.kind == kind && scope.is_none_or(|s| s == k.namespace))
+            .map(|(k, o)| ObjectKey::new(&k.namespace, &o.name))
+            .collect()
+    }
+
+    /// Stores a CAPI Cluster.
+    pub fn apply_capi(&mut self, key: ObjectKey, cluster: CapiCluster) {
+        self.capi.insert(key, cluster);
+    }
+
+    /// Removes a CAPI Cluster.
+    pub fn remove_capi(&mut self, key: &ObjectKey) {
+        self.capi.remove(key);
+    }
+
+    /// Keys of the CAPI Clusters in `scope`.
+    pub fn capi_keys(&self, scope: Option<&str>) -> Vec<ObjectKey> {
+        self.capi
+            .keys()
+            .filter(|k| scope.is_none_or(|s| s == k.namespace))
+            .cloned()
+            .collect()
+    }
+
+    /// The object whose lock has this key.
+    pub fn object(&self, key: &LockKey) -> Option<&TfObject> {
+        self.objects.get(key)
+    }
+
+    /// Every object with its lock key.
+    pub fn objects(&self) -> impl Iterator<Item = (&LockKey, &TfObject)> {
+        self.objects.iter()
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// No object known.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// Effective timeouts of an object and where each came from, resolved
+    /// on every call from the current TerraformCluster, CAPI Cluster and
+    /// object, so a change to any of them shows at once.
+    pub fn resolve_for(&self, namespace: &str, obj: &TfObject) -> Resolved {
+        let cluster = if obj.kind == Kind::TerraformCluster {
+            None
+        } else {
+            self.cluster_policies_for(namespace, obj.cluster_label.as_deref())
+        };
+        resolve(obj.kind, obj.jobs.as_ref(), cluster)
+    }
+
+    fn cluster_policies_for(
+        &self,
+        namespace: &str,
+        label: Option<&str>,
+    ) -> Option<&ClusterPolicies> {
+        let label_key = label.map(|l| ObjectKey::new(namespace, l));
+        let capi = match label_key.as_ref().and_then(|k| self.capi.get(k)) {
+            Some(c) => CapiClusterLookup::Found(&c.infra_ref),
+            None => CapiClusterLookup::NotFound,
+        };
+        let candidates: Vec<&str> = label_key
+            .as_ref()
+            .and_then(|k| self.clusters_by_label.get(k))
+            .map(|v| v.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        let tc_name = terraform_cluster_name(label, capi, &candidates)?;
+        self.clusters
+            .get(&ObjectKey::new(namespace, tc_name))
+            .map(|tc| &tc.policies)
+    }
+}

@@ -1,0 +1,381 @@
+//! Holder classes: own pods, live reads, foreign and unknown holders.
+
+use super::*;
+
+#[test]
+fn own_pod_running_is_own_live_without_a_read() {
+    let (ix, fx) = web_locked_by_own_pod(Some(false));
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnLive)
+    );
+    assert!(
+        fx.confirm.is_empty(),
+        "a live cached pod needs no live read"
+    );
+    assert_eq!(fx.class_changes.len(), 1);
+    assert_eq!(fx.class_changes[0].to, Some(HolderClass::OwnLive));
+}
+
+#[test]
+fn stale_needs_a_live_read_before_it_is_reported() {
+    let (mut ix, fx) = web_locked_by_own_pod(None);
+    assert_eq!(fx.confirm, vec![ObjectKey::new(NS, WEB_POD)]);
+    // Not confirmed yet: never guessed stale.
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnUnverified)
+    );
+    let fx = ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Gone, t0());
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnStale)
+    );
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnUnverified));
+}
+
+#[test]
+fn failed_pod_turns_stale_after_confirmation_and_keeps_live_meanwhile() {
+    let (mut ix, _) = web_locked_by_own_pod(Some(false));
+    let fx = feed(&mut ix, Resource::Pods, pod(WEB_POD, true), t0());
+    assert_eq!(fx.confirm, vec![ObjectKey::new(NS, WEB_POD)]);
+    assert!(
+        fx.class_changes.is_empty(),
+        "pending read keeps the last verdict"
+    );
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnLive)
+    );
+    let fx = ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Finished, t0());
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnStale)
+    );
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnLive));
+    assert_eq!(fx.class_changes[0].to, Some(HolderClass::OwnStale));
+}
+
+#[test]
+fn deleted_pod_and_cache_lag() {
+    let (mut ix, _) = web_locked_by_own_pod(Some(false));
+    feed(&mut ix, Resource::Pods, gone(WEB_POD), t0());
+    // The live read still finds it (cache ahead of the server is impossible,
+    // but a read racing a recreate is not): it stays live.
+    ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Live, t0());
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnLive)
+    );
+    assert_eq!(ix.pods_to_recheck(), vec![ObjectKey::new(NS, WEB_POD)]);
+    ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Gone, t0());
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnStale)
+    );
+    assert!(
+        ix.pods_to_recheck().is_empty(),
+        "a confirmed gone pod is final"
+    );
+    assert!(
+        !ix.needs_read(&ObjectKey::new(NS, WEB_POD)),
+        "a queued duplicate read is dropped"
+    );
+    assert!(!ix.needs_read(&ObjectKey::new(NS, "unrelated")));
+}
+
+#[test]
+fn unreadable_pod_is_own_unverified_and_rechecked() {
+    let (mut ix, _) = web_locked_by_own_pod(None);
+    ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Failed, t0());
+    assert_eq!(
+        class_of(&ix, Kind::TerraformMachine, "web"),
+        Some(HolderClass::OwnUnverified)
+    );
+    assert_eq!(ix.pods_to_recheck().len(), 1);
+}
+
+#[test]
+fn foreign_unknown_and_release() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    for n in ["a", "b", "c", "d"] {
+        feed(
+            &mut ix,
+            Resource::TerraformMachines,
+            object(m, n, None, None, None),
+            t0(),
+        );
+    }
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "a", Some(info("alice@laptop"))),
+        t0(),
+    );
+    // Another object's runner pod is foreign to this one.
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "b", Some(info(&format!("@{WEB_POD}")))),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "c", Some(info("no-at-sign"))),
+        t0(),
+    );
+    let suffix = state_suffix(NS, m, "d");
+    let bad = LockLease::new(
+        NS.into(),
+        suffix.clone(),
+        None,
+        None,
+        "lock-d".into(),
+        Err(crate::core::lockinfo::parse_lock_info(b"{").unwrap_err()),
+    );
+    feed(
+        &mut ix,
+        Resource::Leases,
+        Change {
+            key: (NS.into(), lock_lease_name(&suffix)),
+            entry: Some(Entry::Lease(bad)),
+        },
+        t0(),
+    );
+    assert_eq!(class_of(&ix, m, "a"), Some(HolderClass::Foreign));
+    assert_eq!(class_of(&ix, m, "b"), Some(HolderClass::Foreign));
+    assert_eq!(class_of(&ix, m, "c"), Some(HolderClass::Unknown));
+    assert_eq!(class_of(&ix, m, "d"), Some(HolderClass::Unknown));
+    let counts = ix.held_per_class();
+    assert!(counts.contains(&(HolderClass::Foreign, 2)));
+    assert!(counts.contains(&(HolderClass::Unknown, 2)));
+
+    let fx = feed(&mut ix, Resource::Leases, lease_change(m, "a", None), t0());
+    assert_eq!(class_of(&ix, m, "a"), None);
+    assert_eq!(fx.class_changes[0].to, None);
+    assert!(ix.held_per_class().contains(&(HolderClass::Foreign, 1)));
+}
+
+#[test]
+fn resync_drops_what_vanished_in_scope_only() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "a", Some(info("x@laptop"))),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "b", Some(info("x@laptop"))),
+        t0(),
+    );
+    let fx = relist(&mut ix, Resource::Leases, Some("other-ns"), vec![], t0());
+    assert!(fx.class_changes.is_empty());
+    assert_eq!(ix.sizes().0, 2);
+    let fx = relist(
+        &mut ix,
+        Resource::Leases,
+        Some(NS),
+        vec![lease_change(m, "b", Some(info("x@laptop")))],
+        t0(),
+    );
+    assert_eq!(ix.sizes().0, 1);
+    assert_eq!(fx.class_changes.len(), 1, "only the vanished lock changed");
+    assert_eq!(fx.class_changes[0].name, "a");
+}
+
+#[test]
+fn observed_age_survives_updates_of_the_same_lock() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "a", Some(info("x@laptop"))),
+        t0(),
+    );
+    let later = t0() + Duration::from_secs(100);
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "a", Some(info("x@laptop"))),
+        later,
+    );
+    let mut age = None;
+    ix.for_each_lock(|v| age = v.age(later + Duration::from_secs(5)));
+    let (secs, source) = age.expect("held");
+    assert_eq!(source, entries::AgeSource::Observed);
+    assert!((secs - 105.0).abs() < 1e-6, "age {secs}");
+}
+
+#[test]
+fn lock_of_unknown_object_is_reported_from_labels_and_can_be_own() {
+    let (mut ix, _) = (Index::new(), ());
+    let m = Kind::TerraformMachine;
+    // No TerraformMachine "web" is known, but the label reproduces the suffix.
+    feed(&mut ix, Resource::Pods, pod(WEB_POD, false), t0());
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
+        t0(),
+    );
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
+    // A label that does not reproduce the suffix is not trusted as the name.
+    let suffix = state_suffix(NS, m, "real-name");
+    let l = LockLease::new(
+        NS.into(),
+        suffix.clone(),
+        Some("TerraformMachine"),
+        Some("web".into()),
+        "id".into(),
+        Ok(Some(info(&format!("@{WEB_POD}")))),
+    );
+    feed(
+        &mut ix,
+        Resource::Leases,
+        Change {
+            key: (NS.into(), lock_lease_name(&suffix)),
+            entry: Some(Entry::Lease(l)),
+        },
+        t0(),
+    );
+    let mut classes = Vec::new();
+    ix.for_each_lock(|v| classes.push((v.name.to_string(), v.state.class)));
+    // Nor as the display name: that would render a second "web".
+    assert!(
+        classes.contains(&(suffix.clone(), Some(HolderClass::Foreign))),
+        "{classes:?}"
+    );
+    assert_eq!(
+        classes.iter().filter(|(n, _)| n == "web").count(),
+        1,
+        "{classes:?}"
+    );
+}
+
+#[test]
+fn object_arriving_after_its_lock_reclassifies() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    feed(&mut ix, Resource::Pods, pod(WEB_POD, false), t0());
+    let suffix = state_suffix(NS, m, "web");
+    let l = LockLease::new(
+        NS.into(),
+        suffix.clone(),
+        None,
+        None,
+        "id".into(),
+        Ok(Some(info(&format!("@{WEB_POD}")))),
+    );
+    feed(
+        &mut ix,
+        Resource::Leases,
+        Change {
+            key: (NS.into(), lock_lease_name(&suffix)),
+            entry: Some(Entry::Lease(l)),
+        },
+        t0(),
+    );
+    assert_eq!(ix.held_per_class()[2], (HolderClass::Foreign, 1));
+    feed(
+        &mut ix,
+        Resource::TerraformMachines,
+        object(m, "web", None, None, None),
+        t0(),
+    );
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
+}
+
+fn lease_with_id(kind: Kind, name: &str, id: &str, who: &str) -> Change {
+    let mut c = lease_change(kind, name, Some(info(who)));
+    if let Some(Entry::Lease(l)) = &mut c.entry {
+        l.holder_identity = id.into();
+        if let Some(i) = &mut l.info {
+            i.id = id.into();
+        }
+    }
+    c
+}
+
+#[test]
+fn a_new_lock_never_inherits_the_previous_locks_class() {
+    let m = Kind::TerraformMachine;
+    let next_pod = "captf-m-web-apply-a2-def456-q9w8e";
+    let pending = ObjectKey::new(NS, next_pod);
+    // Lock 1 of a gone pod, confirmed: own_stale.
+    let stale_then = || {
+        let (mut ix, _) = web_locked_by_own_pod(None);
+        ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Gone, t0());
+        assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnStale));
+        ix
+    };
+
+    // The next Job force-unlocks and takes lock 2 before its pod is cached.
+    let mut ix = stale_then();
+    let fx = feed(
+        &mut ix,
+        Resource::Leases,
+        lease_with_id(m, "web", "id-2", &format!("@{next_pod}")),
+        t0(),
+    );
+    assert_eq!(
+        class_of(&ix, m, "web"),
+        Some(HolderClass::OwnUnverified),
+        "lock 2 must not show lock 1's own_stale"
+    );
+    assert_eq!(fx.confirm, vec![pending.clone()]);
+    assert_eq!(fx.class_changes.len(), 1, "the transition is logged");
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnStale));
+    assert_eq!(fx.class_changes[0].to, Some(HolderClass::OwnUnverified));
+    let fx = ix.record_pod_read(pending.clone(), PodRead::Live, t0());
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnUnverified));
+
+    // Same, through a release in between.
+    let mut ix = stale_then();
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "web", None),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_with_id(m, "web", "id-2", &format!("@{next_pod}")),
+        t0(),
+    );
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnUnverified));
+
+    // A new lock whose holder pod is cached live is own_live at once.
+    let mut ix = stale_then();
+    feed(&mut ix, Resource::Pods, pod(next_pod, false), t0());
+    let fx = feed(
+        &mut ix,
+        Resource::Leases,
+        lease_with_id(m, "web", "id-2", &format!("@{next_pod}")),
+        t0(),
+    );
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
+    assert!(fx.confirm.is_empty());
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnStale));
+
+    // An update of the same lock still keeps its verdict while a read is
+    // pending (no own_live -> own_unverified flap).
+    let (mut ix, _) = web_locked_by_own_pod(Some(false));
+    feed(&mut ix, Resource::Pods, pod(WEB_POD, true), t0());
+    let fx = feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
+        t0(),
+    );
+    assert!(fx.class_changes.is_empty());
+    assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
+}

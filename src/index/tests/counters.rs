@@ -1,0 +1,288 @@
+//! Force-unlock counters and the overdue warning.
+
+use super::*;
+
+fn fu_event(name: &str, object: &str, occurrences: u64, at: f64) -> Change {
+    let ev = ForceUnlockEvent {
+        namespace: NS.into(),
+        kind: "TerraformMachine".into(),
+        name: object.into(),
+        occurrences,
+        last_seen: Some(at),
+    };
+    Change {
+        key: (NS.into(), name.into()),
+        entry: Some(Entry::ForceUnlock(ev)),
+    }
+}
+
+#[test]
+fn force_unlocks_count_each_event_and_series_increase_once() {
+    let mut ix = Index::new();
+    let total = |ix: &Index, o: &str| ix.force_unlocks_of(NS, "TerraformMachine", o).total;
+    // The first list is history: not counted, but it sets the time.
+    relist(
+        &mut ix,
+        Resource::Events,
+        None,
+        vec![fu_event("old", "web", 3, 100.0)],
+        t0(),
+    );
+    assert_eq!(total(&ix, "web"), 0);
+    assert_eq!(
+        ix.force_unlocks_of(NS, "TerraformMachine", "web").last_seen,
+        Some(100.0)
+    );
+    // A repeat of the old Event counts the increase only.
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("old", "web", 4, 200.0),
+        t0(),
+    );
+    assert_eq!(total(&ix, "web"), 1);
+    // Two new Events about two objects, one of them unknown to the index.
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("e1", "web", 1, 300.0),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("e2", "ghost", 1, 300.0),
+        t0(),
+    );
+    assert_eq!(total(&ix, "web"), 2);
+    assert_eq!(total(&ix, "ghost"), 1);
+    // A relist re-sends everything: nothing is counted twice; a series that
+    // grew while the watch was down counts its increase; a new Event counts.
+    relist(
+        &mut ix,
+        Resource::Events,
+        None,
+        vec![
+            fu_event("old", "web", 4, 200.0),
+            fu_event("e1", "web", 2, 400.0),
+            fu_event("e3", "web", 1, 500.0),
+        ],
+        t0(),
+    );
+    assert_eq!(total(&ix, "web"), 4);
+    // e2, the only Event naming the unknown object "ghost", is gone: so is
+    // its counter (no series left behind); see the next test for known ones.
+    assert_eq!(total(&ix, "ghost"), 0);
+    assert_eq!(
+        ix.force_unlocks_of(NS, "TerraformMachine", "web").last_seen,
+        Some(500.0)
+    );
+    // An update that does not raise the count (or lowers it) adds nothing.
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("e1", "web", 2, 400.0),
+        t0(),
+    );
+    assert_eq!(total(&ix, "web"), 4);
+}
+
+#[test]
+fn overdue_is_reported_once_per_lock() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    feed(
+        &mut ix,
+        Resource::TerraformMachines,
+        object(
+            m,
+            "a",
+            None,
+            Some(JobsPolicy {
+                lock_timeout_seconds: Some(60),
+                active_deadline_seconds: None,
+            }),
+            None,
+        ),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "a", Some(info("alice@laptop"))),
+        t0(),
+    );
+    assert!(ix.newly_overdue(t0() + Duration::from_secs(59)).is_empty());
+    let o = ix.newly_overdue(t0() + Duration::from_secs(61));
+    assert_eq!(o.len(), 1);
+    assert_eq!(
+        (
+            o[0].name.as_str(),
+            o[0].timeout_seconds,
+            o[0].holder.as_str()
+        ),
+        ("a", 60, "alice@laptop")
+    );
+    assert!(
+        ix.newly_overdue(t0() + Duration::from_secs(62)).is_empty(),
+        "once, not per check"
+    );
+    // An own live lock never is.
+    feed(&mut ix, Resource::Pods, pod(WEB_POD, false), t0());
+    feed(
+        &mut ix,
+        Resource::TerraformMachines,
+        object(
+            m,
+            "web",
+            None,
+            Some(JobsPolicy {
+                lock_timeout_seconds: Some(0),
+                active_deadline_seconds: None,
+            }),
+            None,
+        ),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
+        t0(),
+    );
+    assert!(ix
+        .newly_overdue(t0() + Duration::from_secs(1000))
+        .is_empty());
+}
+
+#[test]
+fn counters_of_deleted_objects_go_when_no_event_names_them() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    let count = |ix: &Index| {
+        let mut n = 0;
+        ix.for_each_force_unlock(|_, _, name, _| n += usize::from(name == "web"));
+        n
+    };
+    relist(&mut ix, Resource::Events, None, vec![], t0());
+    feed(
+        &mut ix,
+        Resource::TerraformMachines,
+        object(m, "web", None, None, None),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("e1", "web", 1, 1.0),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("e2", "web", 1, 2.0),
+        t0(),
+    );
+    assert_eq!(ix.force_unlocks_of(NS, "TerraformMachine", "web").total, 2);
+    // The object goes; its Events still name it: the counter stays.
+    feed(&mut ix, Resource::TerraformMachines, gone("web"), t0());
+    assert_eq!(count(&ix), 1);
+    feed(&mut ix, Resource::Events, gone("e1"), t0());
+    assert_eq!(count(&ix), 1, "e2 still names it");
+    // The last Event expires: nothing names the object any more.
+    feed(&mut ix, Resource::Events, gone("e2"), t0());
+    assert_eq!(count(&ix), 0);
+    // A known object keeps its counter when its Events expire.
+    feed(
+        &mut ix,
+        Resource::TerraformMachines,
+        object(m, "db", None, None, None),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("e3", "db", 1, 3.0),
+        t0(),
+    );
+    feed(&mut ix, Resource::Events, gone("e3"), t0());
+    assert_eq!(ix.force_unlocks_of(NS, "TerraformMachine", "db").total, 1);
+}
+
+#[test]
+fn one_event_update_moves_a_counter_by_a_bounded_amount() {
+    let mut ix = Index::new();
+    let total = |ix: &Index| ix.force_unlocks_of(NS, "TerraformMachine", "web").total;
+    let huge = i64::MAX as u64;
+    relist(
+        &mut ix,
+        Resource::Events,
+        None,
+        vec![fu_event("old", "web", 1, 1.0)],
+        t0(),
+    );
+    // A known Event whose series.count jumps to 2^63-1.
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("old", "web", huge, 2.0),
+        t0(),
+    );
+    assert_eq!(total(&ix), MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE);
+    // Later increases count from the reported count, still bounded.
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("old", "web", huge, 3.0),
+        t0(),
+    );
+    assert_eq!(total(&ix), MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE);
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("old", "web", huge + 1, 4.0),
+        t0(),
+    );
+    assert_eq!(total(&ix), MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("old", "web", u64::MAX, 5.0),
+        t0(),
+    );
+    assert_eq!(total(&ix), 2 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
+    // A new Event born with a huge series.count is bounded too.
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("new", "web", huge, 6.0),
+        t0(),
+    );
+    assert_eq!(total(&ix), 3 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
+    // A relist re-sends them: nothing more.
+    relist(
+        &mut ix,
+        Resource::Events,
+        None,
+        vec![
+            fu_event("old", "web", u64::MAX, 5.0),
+            fu_event("new", "web", huge, 6.0),
+        ],
+        t0(),
+    );
+    assert_eq!(total(&ix), 3 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
+    // Small, real increases are counted exactly.
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("e1", "web", 1, 7.0),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::Events,
+        fu_event("e1", "web", 3, 8.0),
+        t0(),
+    );
+    assert_eq!(total(&ix), 3 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 4);
+}

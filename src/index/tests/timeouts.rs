@@ -1,0 +1,192 @@
+//! Effective timeouts through TerraformClusters and CAPI Clusters.
+
+use super::*;
+
+fn tc_policies(lock: Option<i64>, default_lock: Option<i64>) -> ClusterPolicies {
+    ClusterPolicies {
+        jobs: Some(JobsPolicy {
+            lock_timeout_seconds: lock,
+            active_deadline_seconds: Some(1800),
+        }),
+        default_jobs: Some(JobsPolicy {
+            lock_timeout_seconds: default_lock,
+            active_deadline_seconds: None,
+        }),
+    }
+}
+
+fn capi(name: &str, infra: &str) -> Change {
+    let infra_ref = InfraRef {
+        api_group: crate::core::kind::API_GROUP.into(),
+        kind: "TerraformCluster".into(),
+        name: infra.into(),
+    };
+    Change {
+        key: (NS.into(), name.into()),
+        entry: Some(Entry::Capi(CapiCluster { infra_ref })),
+    }
+}
+
+#[test]
+fn timeouts_inherit_through_the_capi_cluster() {
+    let mut ix = Index::new();
+    let (c, m) = (Kind::TerraformCluster, Kind::TerraformMachine);
+    feed(
+        &mut ix,
+        Resource::TerraformClusters,
+        object(
+            c,
+            "tc-a",
+            Some("prod"),
+            None,
+            Some(tc_policies(Some(90), Some(30))),
+        ),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::TerraformClusters,
+        object(
+            c,
+            "tc-b",
+            Some("prod"),
+            tc_policies(Some(91), Some(31)).jobs,
+            Some(tc_policies(Some(91), Some(31))),
+        ),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::TerraformMachines,
+        object(m, "w", Some("prod"), None, None),
+        t0(),
+    );
+    // Two TerraformClusters carry the label and there is no Cluster: none.
+    assert_eq!(
+        effective_of(&ix, m, "w").map(|e| e.lock_timeout_seconds),
+        Some(300)
+    );
+    feed(&mut ix, Resource::Clusters, capi("prod", "tc-b"), t0());
+    let e = effective_of(&ix, m, "w").expect("known");
+    assert_eq!(e.lock_timeout_seconds, 31, "from tc-b's spec.defaults.jobs");
+    assert_eq!(
+        e.active_deadline_seconds, 1800,
+        "defaults leave it unset: tc-b's own spec.jobs"
+    );
+    let tc = effective_of(&ix, Kind::TerraformCluster, "tc-b").expect("known");
+    assert_eq!(
+        (tc.lock_timeout_seconds, tc.active_deadline_seconds),
+        (91, 1800),
+        "a cluster uses its own spec.jobs"
+    );
+    // Without the Cluster, exactly one labelled TerraformCluster is used.
+    feed(&mut ix, Resource::Clusters, gone("prod"), t0());
+    feed(
+        &mut ix,
+        Resource::TerraformClusters,
+        Change {
+            key: (NS.into(), "tc-b".into()),
+            entry: None,
+        },
+        t0(),
+    );
+    assert_eq!(
+        effective_of(&ix, m, "w").map(|e| e.lock_timeout_seconds),
+        Some(30)
+    );
+}
+
+#[test]
+fn machine_inherits_its_clusters_own_jobs_and_follows_their_changes() {
+    let mut ix = Index::new();
+    let (c, m, mp) = (
+        Kind::TerraformCluster,
+        Kind::TerraformMachine,
+        Kind::TerraformMachinePool,
+    );
+    let jobs = |lock, deadline| JobsPolicy {
+        lock_timeout_seconds: lock,
+        active_deadline_seconds: deadline,
+    };
+    let tc = |own: JobsPolicy, defaults: Option<JobsPolicy>| {
+        object(
+            c,
+            "tc",
+            None,
+            Some(own),
+            Some(ClusterPolicies {
+                jobs: Some(own),
+                default_jobs: defaults,
+            }),
+        )
+    };
+    feed(&mut ix, Resource::Clusters, capi("prod", "tc"), t0());
+    // Issue 7's vector: spec.jobs {150, 1800}, no defaults.
+    feed(
+        &mut ix,
+        Resource::TerraformClusters,
+        tc(jobs(Some(150), Some(1800)), None),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::TerraformMachines,
+        object(m, "w", Some("prod"), None, None),
+        t0(),
+    );
+    feed(
+        &mut ix,
+        Resource::TerraformMachinePools,
+        object(mp, "p", Some("prod"), None, None),
+        t0(),
+    );
+    // The machine's lock is held: the locked path resolves the same way.
+    feed(
+        &mut ix,
+        Resource::Leases,
+        lease_change(m, "w", Some(info("alice@laptop"))),
+        t0(),
+    );
+    let pair =
+        |e: Option<Effective>| e.map(|e| (e.lock_timeout_seconds, e.active_deadline_seconds));
+    assert_eq!(pair(effective_of(&ix, m, "w")), Some((150, 1800)));
+    assert_eq!(pair(effective_of(&ix, mp, "p")), Some((150, 1800)));
+    let obj = TfObject {
+        kind: m,
+        name: "w".into(),
+        cluster_label: Some("prod".into()),
+        jobs: None,
+        cluster: None,
+    };
+    let sources = ix.resolve_for(NS, &obj).sources;
+    assert_eq!(
+        (
+            sources.lock_timeout_seconds,
+            sources.active_deadline_seconds
+        ),
+        (
+            crate::core::timeouts::Source::ClusterJobs,
+            crate::core::timeouts::Source::ClusterJobs
+        )
+    );
+    // The cluster's spec.jobs changes: its machines follow at once.
+    feed(
+        &mut ix,
+        Resource::TerraformClusters,
+        tc(jobs(Some(0), None), None),
+        t0(),
+    );
+    assert_eq!(pair(effective_of(&ix, m, "w")), Some((0, 3600)));
+    assert_eq!(pair(effective_of(&ix, mp, "p")), Some((0, 3600)));
+    // spec.defaults.jobs appears and wins field by field.
+    feed(
+        &mut ix,
+        Resource::TerraformClusters,
+        tc(jobs(Some(0), Some(900)), Some(jobs(Some(45), None))),
+        t0(),
+    );
+    assert_eq!(pair(effective_of(&ix, m, "w")), Some((45, 900)));
+    // The overdue check uses the inherited value too.
+    assert!(ix.newly_overdue(t0() + Duration::from_secs(44)).is_empty());
+    assert_eq!(ix.newly_overdue(t0() + Duration::from_secs(46)).len(), 1);
+}

@@ -1,0 +1,92 @@
+//! The state shared by watchers, the verifier and the HTTP server: the
+//! index behind one lock, watch health, and the queue of pods to read.
+
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+use tokio::sync::mpsc;
+
+use crate::health::Health;
+use crate::index::{ClassChange, Effects, Index, ObjectKey};
+
+/// State shared by every task of the exporter.
+#[derive(Debug)]
+pub struct Shared {
+    /// The index; writers hold the lock only to apply a change. Use
+    /// [`Shared::read`] and [`Shared::update`], which also recover the
+    /// index from a poisoned lock the one way.
+    index: RwLock<Index>,
+    /// Watch health and self-metrics.
+    pub health: Health,
+    /// Holder pods to confirm with a live read.
+    pub confirm_tx: mpsc::UnboundedSender<ObjectKey>,
+    /// The version reported by build_info.
+    pub version: &'static str,
+}
+
+impl Shared {
+    /// New shared state and the receiving end of the confirmation queue.
+    pub fn new() -> (Arc<Shared>, mpsc::UnboundedReceiver<ObjectKey>) {
+        let (confirm_tx, confirm_rx) = mpsc::unbounded_channel();
+        let shared = Shared {
+            index: RwLock::new(Index::new()),
+            health: Health::new(),
+            confirm_tx,
+            version: env!("CARGO_PKG_VERSION"),
+        };
+        (Arc::new(shared), confirm_rx)
+    }
+
+    /// Runs `f` on the index under the write lock and acts on its effects.
+    pub fn update(&self, f: impl FnOnce(&mut Index, SystemTime) -> Effects) {
+        let fx = self.write(f);
+        self.act(fx);
+    }
+
+    /// Runs `f` on the index under the write lock and returns its result.
+    /// A panic while the lock was held leaves the index as it was, half
+    /// applied change at worst; the supervisor ends the process on a
+    /// panicking task, so carrying on here only serves the last scrapes.
+    pub fn write<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
+        let now = SystemTime::now();
+        match self.index.write() {
+            Ok(mut index) => f(&mut index, now),
+            Err(poisoned) => f(&mut poisoned.into_inner(), now),
+        }
+    }
+
+    /// Runs `f` on the index under the read lock.
+    pub fn read<T>(&self, f: impl FnOnce(&Index) -> T) -> T {
+        match self.index.read() {
+            Ok(index) => f(&index),
+            Err(poisoned) => f(&poisoned.into_inner()),
+        }
+    }
+
+    /// Logs class changes and queues live reads.
+    pub fn act(&self, fx: Effects) {
+        for c in &fx.class_changes {
+            log_class_change(c);
+        }
+        for pod in fx.confirm {
+            // The receiver lives as long as the process; a send error only
+            // happens during shutdown.
+            let _ = self.confirm_tx.send(pod);
+        }
+    }
+}
+
+fn log_class_change(c: &ClassChange) {
+    let from = c.from.map_or("released", |x| x.as_str());
+    let to = c.to.map_or("released", |x| x.as_str());
+    tracing::info!(
+        namespace = %c.namespace,
+        kind = c.kind,
+        name = %c.name,
+        from,
+        to,
+        holder = %c.holder.escape_debug(),
+        age_seconds = c.age_seconds.map(|a| a.round()),
+        "state lock holder class changed"
+    );
+}

@@ -1,0 +1,106 @@
+//! Where watch events enter the index: a (re)list is buffered and replaces
+//! the index content of its scope atomically at its end, so a scrape never
+//! sees a half-listed resource; single changes apply at once.
+
+use kube::runtime::watcher::Event;
+
+use crate::health::{Success, WatchId};
+use crate::index::{Index, IndexResource, Resource};
+use crate::shared::Shared;
+use crate::watch::trim::Trimmed;
+
+/// The ingest of one watch of items `T`.
+pub struct Ingest<T>
+where
+    Index: IndexResource<T>,
+{
+    resource: Resource,
+    namespace: Option<String>,
+    scope: <Index as IndexResource<T>>::Scope,
+    watch: WatchId,
+    buffer: Option<Vec<(<Index as IndexResource<T>>::Key, T)>>,
+}
+
+impl<T> Ingest<T>
+where
+    Index: IndexResource<T>,
+{
+    /// An ingest for one watch, registered with health. `namespace` is the
+    /// watch's namespace (None for all); `scope` what its lists replace.
+    pub fn new(
+        shared: &Shared,
+        resource: Resource,
+        namespace: Option<String>,
+        scope: <Index as IndexResource<T>>::Scope,
+    ) -> Self {
+        let watch = shared
+            .health
+            .register(resource, namespace.as_deref().unwrap_or(""));
+        Ingest {
+            resource,
+            namespace,
+            scope,
+            watch,
+            buffer: None,
+        }
+    }
+
+    /// The namespace label used in health ("" for all namespaces).
+    pub fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("")
+    }
+
+    /// The watched resource.
+    pub fn resource(&self) -> Resource {
+        self.resource
+    }
+
+    /// This watch's health entry.
+    pub fn watch_id(&self) -> WatchId {
+        self.watch
+    }
+
+    /// Feeds one trimmed watch event into the index; the end of a list
+    /// marks the watch synced.
+    pub fn event(
+        &mut self,
+        shared: &Shared,
+        event: Event<Trimmed<<Index as IndexResource<T>>::Key, T>>,
+    ) {
+        shared.health.on_event(self.resource);
+        match event {
+            Event::Init => self.buffer = Some(Vec::new()),
+            Event::InitApply((key, item)) => match (&mut self.buffer, item) {
+                (Some(b), Some(item)) => b.push((key, item)),
+                (Some(_), None) => {}
+                (None, Some(item)) => {
+                    shared.update(|ix, now| IndexResource::<T>::apply(ix, key, item, now))
+                }
+                (None, None) => shared.update(|ix, now| IndexResource::<T>::delete(ix, key, now)),
+            },
+            Event::InitDone => {
+                let listed = self.buffer.take().unwrap_or_default();
+                let scope = &self.scope;
+                shared.update(|ix, now| IndexResource::<T>::reset(ix, scope, listed, now));
+                let resource = self.resource.as_str();
+                match shared.health.on_synced(self.watch) {
+                    Success::Recovered(after) => tracing::info!(
+                        resource,
+                        namespace = self.namespace(),
+                        down_seconds = after.as_secs(),
+                        "watch recovered with a relist"
+                    ),
+                    Success::Steady => {
+                        tracing::debug!(resource, namespace = self.namespace(), "watch listed")
+                    }
+                }
+            }
+            Event::Apply((key, Some(item))) => {
+                shared.update(|ix, now| IndexResource::<T>::apply(ix, key, item, now))
+            }
+            Event::Apply((key, None)) | Event::Delete((key, _)) => {
+                shared.update(|ix, now| IndexResource::<T>::delete(ix, key, now))
+            }
+        }
+    }
+}
