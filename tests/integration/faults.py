@@ -19,7 +19,7 @@ on the proxy's loop, with the ``time.monotonic()`` of the switch:
 
 The emulator ignores ``timeoutSeconds`` on a watch; a real API server ends the watch after it. The
 proxy does that for it (``honour_timeout_seconds=True``, the default): a forwarded watch response
-ends cleanly ``timeoutSeconds`` after the request arrived (not while the proxy hangs).
+ends cleanly ``timeoutSeconds`` after it was forwarded (not while the proxy hangs).
 
 ``proxy.log()`` returns a snapshot of every request seen: method, path, query, arrival time
 (monotonic and wall clock), the mode at arrival, the status answered (None while unanswered) and
@@ -294,7 +294,7 @@ class FaultProxy:
         deadline: float | None = None
         if entry.watch and self.honour_timeout_seconds:
             try:
-                deadline = entry.t + float(entry.query["timeoutSeconds"])
+                deadline = time.monotonic() + float(entry.query["timeoutSeconds"])
             except (KeyError, ValueError):
                 deadline = None
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP]
