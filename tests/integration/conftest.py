@@ -3,6 +3,9 @@
 Markers:
   @pytest.mark.kube(omit=["terraformmachinepools"])  -- leave resources (CRDs) out of the emulator.
   @pytest.mark.kube(omit=["clusters"], add=["clusters.v1beta1"])  -- serve CAPI's older version.
+Fault injection:
+  fault_proxy  -- a FaultProxy (faults.py) in front of the emulator; start the exporter behind it with
+                  start_exporter(upstream=fault_proxy.url).
 Environment:
   EXPORTER_BIN  -- path of the binary (default /work/main/target/debug/captf-lock-exporter).
 """

@@ -137,6 +137,7 @@ class FaultProxy:
             self._stop = asyncio.Event()
             self._changed = asyncio.Event()
             self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0),  # no pool limit: a full pool would be a hidden hang
                 auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None),
                 skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"))
             server = web.Server(self._handle, handler_cancellation=True)
