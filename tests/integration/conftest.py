@@ -3,6 +3,9 @@
 Markers:
   @pytest.mark.kube(omit=["terraformmachinepools"])  -- leave resources (CRDs) out of the emulator.
   @pytest.mark.kube(omit=["clusters"], add=["clusters.v1beta1"])  -- serve CAPI's older version.
+Fault injection:
+  fault_proxy  -- a FaultProxy (faults.py) in front of the emulator; start the exporter behind it with
+                  start_exporter(upstream=fault_proxy.url).
 Environment:
   EXPORTER_BIN  -- path of the binary (default /work/main/target/debug/captf-lock-exporter).
 """
@@ -27,6 +30,7 @@ from harness import (  # noqa: E402
     KubeEmulator,
     write_kubeconfig,
 )
+from faults import FaultProxy  # noqa: E402
 
 LOG_TAIL_LINES = 400
 
@@ -69,8 +73,10 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
     started: list[Exporter] = []
     request.node._itest_exporters = started
 
-    def start(wait_watched: bool = True, extra_args: tuple[str, ...] = ()) -> Exporter:
-        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
+    def start(wait_watched: bool = True, extra_args: tuple[str, ...] = (), upstream: str | None = None) -> Exporter:
+        # ``upstream``: the API server URL the kubeconfig names instead of the emulator's (a FaultProxy
+        # in front of it); the watches are still awaited on the emulator, behind the proxy.
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", upstream or kube.url)
         for attempt in range(3):
             exp = Exporter(exporter_bin(), kubeconfig, tmp_path / f"exporter-{len(started)}.log", extra_args)
             started.append(exp)
@@ -100,6 +106,18 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
 
 
 @pytest.fixture
+def fault_proxy(kube: KubeEmulator, request: pytest.FixtureRequest) -> Iterator[FaultProxy]:
+    """A FaultProxy (faults.py) in front of ``kube``, in pass mode.  Request it before
+    ``start_exporter`` so that the exporter stops first."""
+    proxy = FaultProxy(kube.url).start()
+    request.node._itest_proxy = proxy
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
 def exporter(start_exporter: Callable[..., Exporter]) -> Exporter:
     """The exporter, started against an empty emulator, with every served resource watched."""
     return start_exporter()
@@ -120,6 +138,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         head += f"; process {'running' if rc is None else f'exited with {rc}'})"
         rep.sections.append((f"exporter log [{rep.when}]",
                              head + "\n" + "\n".join(lines[-LOG_TAIL_LINES:])))
+    proxy = getattr(item, "_itest_proxy", None)
+    if proxy is not None:
+        entries = proxy.log()
+        rep.sections.append((f"fault proxy requests [{rep.when}] (last 300 of {len(entries)}; "
+                             "seconds since the first)", proxy.format_log(entries[-300:],
+                                                                          entries[0].t if entries else 0.0)))
     kube = getattr(item, "_itest_kube", None)
     if kube is not None and kube.k is not None:
         try:
