@@ -58,9 +58,20 @@ impl Format {
 
 /// Renders every metric family in `format`.
 pub fn render(shared: &Arc<Shared>, format: Format) -> Result<String, std::fmt::Error> {
+    render_at(shared, format, SystemTime::now())
+}
+
+/// Renders every metric family in `format` with ages computed at `now`, so
+/// that tests get a deterministic exposition.
+pub fn render_at(
+    shared: &Arc<Shared>,
+    format: Format,
+    now: SystemTime,
+) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(LockCollector {
         shared: shared.clone(),
+        now,
     }));
     let mut out = String::with_capacity(64 * 1024);
     match format {
@@ -75,6 +86,7 @@ pub fn render(shared: &Arc<Shared>, format: Format) -> Result<String, std::fmt::
 #[derive(Debug)]
 struct LockCollector {
     shared: Arc<Shared>,
+    now: SystemTime,
 }
 
 /// One held lock, as rendered.
@@ -171,7 +183,7 @@ fn object_labels(r: &ObjectRow) -> [(&str, &str); 3] {
 
 impl Collector for LockCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let now = SystemTime::now();
+        let now = self.now;
         let Snapshot {
             locks,
             objects,
