@@ -1,5 +1,9 @@
 //! The admin HTTP server: `/metrics`, `/healthz`, `/readyz` and `/`.
 
+mod status;
+
+pub use status::status_page;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,7 +17,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::health::NotUp;
-use crate::metrics::{render, status_page, Format};
+use crate::metrics::{render, Format};
 use crate::runtime::Shared;
 
 /// Errors of the admin server.
