@@ -11,7 +11,7 @@ use prometheus_client::metrics::MetricType;
 
 use super::snapshot::{FuRow, LockRow, ObjectRow};
 use crate::core::classify::HolderClass;
-use crate::health::{ErrorReason, Health, ReadResult};
+use crate::health::Health;
 use crate::index::{unix_seconds, Resource};
 
 /// A metric type and the sample it carries.
@@ -168,25 +168,6 @@ const WATCH_LAST_SUCCESS: Family<Gauge, 1> = Family {
     kind: PhantomData,
 };
 
-const WATCH_EVENTS: Family<Counter, 1> = Family {
-    name: "captf_lock_exporter_watch_events",
-    help: "Watch events received per resource.",
-    labels: ["resource"],
-    kind: PhantomData,
-};
-const WATCH_ERRORS: Family<Counter, 2> = Family {
-    name: "captf_lock_exporter_watch_errors",
-    help: "Watch errors per resource and reason.",
-    labels: ["resource", "reason"],
-    kind: PhantomData,
-};
-const POD_READS: Family<Counter, 1> = Family {
-    name: "captf_lock_exporter_pod_reads",
-    help: "Live reads of holder pods per result.",
-    labels: ["result"],
-    kind: PhantomData,
-};
-
 /// The (namespace, kind, name) label values every per-object series starts
 /// with, so that they join with CAPTF's own metrics.
 trait ObjectKey {
@@ -312,19 +293,5 @@ pub(super) fn encode_watch_health(enc: &mut DescriptorEncoder<'_>, health: &Heal
                 .last_success(*r)
                 .map(|t| ([r.as_str()], unix_seconds(t)))
         }),
-    )?;
-    WATCH_EVENTS.encode(
-        enc,
-        watched.iter().map(|r| ([r.as_str()], health.events(*r))),
-    )?;
-    WATCH_ERRORS.encode(
-        enc,
-        watched.iter().flat_map(|r| {
-            ErrorReason::ALL.map(|e| ([r.as_str(), e.as_str()], health.errors(*r, e)))
-        }),
-    )?;
-    POD_READS.encode(
-        enc,
-        ReadResult::ALL.map(|r| ([r.as_str()], health.pod_reads(r))),
     )
 }

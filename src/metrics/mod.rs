@@ -74,6 +74,11 @@ pub fn render_at(
         shared: shared.clone(),
         now,
     }));
+    // A sub-registry is encoded after the collectors: the counters keep
+    // their place at the end of the exposition.
+    shared
+        .health
+        .register_counters(registry.sub_registry_with_labels(std::iter::empty()));
     let mut out = String::with_capacity(64 * 1024);
     match format {
         Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry)?,
