@@ -185,6 +185,10 @@ mod tests {
             StatusCode::SERVICE_UNAVAILABLE
         );
         assert_eq!(get("/nope", None).status(), StatusCode::NOT_FOUND);
+        let page = get("/", None);
+        assert_eq!(page.status(), StatusCode::OK);
+        assert_eq!(content_type(&page), "text/html; charset=utf-8");
+        assert!(format!("{:?}", page.body()).contains("captf-lock-exporter"));
         assert_eq!(
             handle(&shared, &Method::POST, "/metrics", None).status(),
             StatusCode::METHOD_NOT_ALLOWED
