@@ -1,13 +1,14 @@
 //! Watch health and self-metrics counters, shared by watchers and `/metrics`.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+mod counters;
+
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use crate::index::Resource;
+use counters::{value, Counters, ErrorLabels, ReadLabels, ResourceLabels};
 
 /// Why a watch failed: a closed set, so `watch_errors_total` has bounded
 /// cardinality.
@@ -81,7 +82,7 @@ impl ErrorReason {
 }
 
 /// Result of a live pod read, for `pod_reads_total{result}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReadResult {
     /// The pod exists.
     Found,
@@ -158,13 +159,7 @@ pub enum Success {
 #[derive(Debug, Default)]
 pub struct Health {
     watches: Mutex<Vec<WatchState>>,
-    events: [AtomicU64; 7],
-    errors: Mutex<HashMap<(Resource, ErrorReason), u64>>,
-    pod_reads: [AtomicU64; 3],
-}
-
-fn slot(r: Resource) -> usize {
-    Resource::ALL.iter().position(|x| *x == r).unwrap_or(0)
+    counters: Counters,
 }
 
 impl Health {
@@ -215,7 +210,10 @@ impl Health {
 
     /// Counts one watch event.
     pub fn on_event(&self, resource: Resource) {
-        self.events[slot(resource)].fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .events
+            .get_or_create(&ResourceLabels { resource })
+            .inc();
     }
 
     /// A request of the watch succeeded (a list page, a watch that opened,
@@ -256,10 +254,10 @@ impl Health {
     /// Counts an error that does not interrupt the watch (one undecodable
     /// event on a live stream).
     pub fn count_error(&self, resource: Resource, reason: ErrorReason) {
-        match self.errors.lock() {
-            Ok(mut e) => *e.entry((resource, reason)).or_default() += 1,
-            Err(p) => *p.into_inner().entry((resource, reason)).or_default() += 1,
-        }
+        self.counters
+            .errors
+            .get_or_create(&ErrorLabels { resource, reason })
+            .inc();
     }
 
     /// Records a failed request; returns true when it starts a failure
@@ -291,11 +289,10 @@ impl Health {
 
     /// Counts one live pod read.
     pub fn on_pod_read(&self, result: ReadResult) {
-        let i = ReadResult::ALL
-            .iter()
-            .position(|r| *r == result)
-            .unwrap_or(0);
-        self.pod_reads[i].fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .pod_reads
+            .get_or_create(&ReadLabels { result })
+            .inc();
     }
 
     /// True while every scope of `resource` has listed once and its last
@@ -364,28 +361,17 @@ impl Health {
 
     /// Watch events seen for `resource`.
     pub fn events(&self, resource: Resource) -> u64 {
-        self.events[slot(resource)].load(Ordering::Relaxed)
+        value(&self.counters.events, &ResourceLabels { resource })
     }
 
     /// Watch errors seen for `resource` with `reason`.
     pub fn errors(&self, resource: Resource, reason: ErrorReason) -> u64 {
-        match self.errors.lock() {
-            Ok(e) => e.get(&(resource, reason)).copied().unwrap_or(0),
-            Err(p) => p
-                .into_inner()
-                .get(&(resource, reason))
-                .copied()
-                .unwrap_or(0),
-        }
+        value(&self.counters.errors, &ErrorLabels { resource, reason })
     }
 
     /// Live pod reads with `result`.
     pub fn pod_reads(&self, result: ReadResult) -> u64 {
-        let i = ReadResult::ALL
-            .iter()
-            .position(|r| *r == result)
-            .unwrap_or(0);
-        self.pod_reads[i].load(Ordering::Relaxed)
+        value(&self.counters.pod_reads, &ReadLabels { result })
     }
 }
 

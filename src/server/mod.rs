@@ -1,5 +1,9 @@
 //! The admin HTTP server: `/metrics`, `/healthz`, `/readyz` and `/`.
 
+mod status;
+
+pub use status::status_page;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,7 +17,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::health::NotUp;
-use crate::metrics::{render, status_page, Format};
+use crate::metrics::{render, Format};
 use crate::shared::Shared;
 
 /// Errors of the admin server.
@@ -181,6 +185,10 @@ mod tests {
             StatusCode::SERVICE_UNAVAILABLE
         );
         assert_eq!(get("/nope", None).status(), StatusCode::NOT_FOUND);
+        let page = get("/", None);
+        assert_eq!(page.status(), StatusCode::OK);
+        assert_eq!(content_type(&page), "text/html; charset=utf-8");
+        assert!(format!("{:?}", page.body()).contains("captf-lock-exporter"));
         assert_eq!(
             handle(&shared, &Method::POST, "/metrics", None).status(),
             StatusCode::METHOD_NOT_ALLOWED

@@ -1,0 +1,181 @@
+//! The self-metric counters (watch events, watch errors, live pod reads) as
+//! prometheus-client counter families with closed label sets.
+
+use std::fmt::{self, Write as _};
+use std::hash::Hash;
+
+use prometheus_client::encoding::{
+    EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder, MetricEncoder,
+};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use super::{ErrorReason, Health, ReadResult};
+use crate::index::Resource;
+
+impl EncodeLabelValue for Resource {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+impl EncodeLabelValue for ErrorReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+impl EncodeLabelValue for ReadResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// `{resource}` of `watch_events_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ResourceLabels {
+    pub(super) resource: Resource,
+}
+
+/// `{resource, reason}` of `watch_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ErrorLabels {
+    pub(super) resource: Resource,
+    pub(super) reason: ErrorReason,
+}
+
+/// `{result}` of `pod_reads_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ReadLabels {
+    pub(super) result: ReadResult,
+}
+
+/// The counters; a family is an `Arc` inside, so registering a clone per
+/// scrape shares the live values.
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) events: Family<ResourceLabels, Counter>,
+    pub(super) errors: Family<ErrorLabels, Counter>,
+    pub(super) pod_reads: Family<ReadLabels, Counter>,
+}
+
+/// Reads one counter; 0 when its series was never touched.
+pub(super) fn value<L: Clone + Hash + Eq>(family: &Family<L, Counter>, labels: &L) -> u64 {
+    family.get(labels).map_or(0, |c| c.get())
+}
+
+/// A counter family encoded over a closed list of label sets, in that
+/// order, each at 0 until counted. A registered `Family` alone would encode
+/// only the series touched so far, in hash-map order, which differs from
+/// one process to the next.
+#[derive(Debug)]
+struct InOrder<L: Clone + Hash + Eq> {
+    family: Family<L, Counter>,
+    series: Vec<L>,
+}
+
+impl<L> EncodeMetric for InOrder<L>
+where
+    L: EncodeLabelSet + Clone + Hash + Eq + fmt::Debug + Send + Sync + 'static,
+{
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> fmt::Result {
+        for labels in &self.series {
+            let counter = self.family.get_or_create(labels);
+            EncodeMetric::encode(&*counter, encoder.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+impl Health {
+    /// Registers the watch-event, watch-error and pod-read counters in
+    /// `registry`: events and errors of every watched resource (every
+    /// reason), pod reads of every result, 0 included.
+    pub fn register_counters(&self, registry: &mut Registry) {
+        let watched: Vec<Resource> = Resource::ALL
+            .into_iter()
+            .filter(|r| self.is_watched(*r))
+            .collect();
+        let c = &self.counters;
+        // Names without `_total`: the encoder adds it (and prometheus-client
+        // asserts it in debug builds); the registry adds the help's full stop.
+        registry.register(
+            "captf_lock_exporter_watch_events",
+            "Watch events received per resource",
+            InOrder {
+                family: c.events.clone(),
+                series: watched
+                    .iter()
+                    .map(|&resource| ResourceLabels { resource })
+                    .collect(),
+            },
+        );
+        registry.register(
+            "captf_lock_exporter_watch_errors",
+            "Watch errors per resource and reason",
+            InOrder {
+                family: c.errors.clone(),
+                series: watched
+                    .iter()
+                    .flat_map(|&resource| {
+                        ErrorReason::ALL.map(|reason| ErrorLabels { resource, reason })
+                    })
+                    .collect(),
+            },
+        );
+        registry.register(
+            "captf_lock_exporter_pod_reads",
+            "Live reads of holder pods per result",
+            InOrder {
+                family: c.pod_reads.clone(),
+                series: ReadResult::ALL.map(|result| ReadLabels { result }).to_vec(),
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(h: &Health) -> String {
+        let mut registry = Registry::default();
+        h.register_counters(&mut registry);
+        let mut out = String::new();
+        match prometheus_client::encoding::text::encode(&mut out, &registry) {
+            Ok(()) => out,
+            Err(e) => panic!("encoding failed: {e}"),
+        }
+    }
+
+    #[test]
+    fn series_exist_at_zero_in_closed_order_and_only_for_watched_resources() {
+        let h = Health::new();
+        // Counted before its watch is registered: kept, shown once watched.
+        h.on_event(Resource::Pods);
+        let text = encoded(&h);
+        assert!(!text.contains("resource="), "nothing watched yet:\n{text}");
+        assert!(text.contains("captf_lock_exporter_pod_reads_total{result=\"error\"} 0"));
+        h.register(Resource::Pods, "");
+        h.register(Resource::Leases, "");
+        h.count_error(Resource::Leases, ErrorReason::Other);
+        let text = encoded(&h);
+        let leases = text.find("watch_events_total{resource=\"leases\"} 0");
+        let pods = text.find("watch_events_total{resource=\"pods\"} 1");
+        assert!(
+            leases.is_some() && leases < pods,
+            "Resource::ALL order:\n{text}"
+        );
+        assert!(text.contains("{resource=\"leases\",reason=\"other\"} 1"));
+        assert_eq!(text.matches("watch_errors_total{").count(), 20);
+        assert_eq!(h.events(Resource::Pods), 1);
+        assert_eq!(h.errors(Resource::Leases, ErrorReason::Other), 1);
+        assert_eq!(h.pod_reads(ReadResult::Found), 0);
+    }
+}

@@ -1,0 +1,297 @@
+//! Every family `/metrics` computes at scrape time, declared once: name,
+//! help, type and label names are a [`Family`] constant, and the encoding
+//! functions below only supply label values (in the declared order) and
+//! samples, one function per group of families.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+
+use super::snapshot::{FuRow, LockRow, ObjectRow};
+use crate::core::classify::HolderClass;
+use crate::health::Health;
+use crate::index::{unix_seconds, Resource};
+
+/// A metric type and the sample it carries.
+trait Type {
+    /// The sample.
+    type Value;
+    /// The type as the exposition names it.
+    const TYPE: MetricType;
+    /// Writes one sample.
+    fn encode(value: &Self::Value, m: MetricEncoder<'_>) -> fmt::Result;
+}
+
+/// A gauge: any float.
+struct Gauge;
+/// A counter: a count since the exporter started.
+struct Counter;
+
+impl Type for Gauge {
+    type Value = f64;
+    const TYPE: MetricType = MetricType::Gauge;
+    fn encode(value: &f64, mut m: MetricEncoder<'_>) -> fmt::Result {
+        m.encode_gauge(value)
+    }
+}
+
+impl Type for Counter {
+    type Value = u64;
+    const TYPE: MetricType = MetricType::Counter;
+    fn encode(value: &u64, mut m: MetricEncoder<'_>) -> fmt::Result {
+        m.encode_counter::<NoLabelSet, _, u64>(value, None)
+    }
+}
+
+/// One metric family: everything the exposition says of it but its series.
+/// The name is without the `_total` a counter gets when encoded.
+struct Family<T, const N: usize> {
+    name: &'static str,
+    help: &'static str,
+    labels: [&'static str; N],
+    kind: PhantomData<T>,
+}
+
+impl<T: Type, const N: usize> Family<T, N> {
+    /// Writes the family with one series per row; a family without rows
+    /// still gets its HELP and TYPE lines.
+    fn encode<'a>(
+        &self,
+        enc: &mut DescriptorEncoder<'_>,
+        rows: impl IntoIterator<Item = ([&'a str; N], T::Value)>,
+    ) -> fmt::Result {
+        let mut m = enc.encode_descriptor(self.name, self.help, None, T::TYPE)?;
+        for (values, sample) in rows {
+            let labels: [(&str, &str); N] = std::array::from_fn(|i| (self.labels[i], values[i]));
+            T::encode(&sample, m.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+// 7.1 Per held lock.
+
+const LOCK_INFO: Family<Gauge, 8> = Family {
+    name: "captf_state_lock_info",
+    help: "A held state lock and its holder (1 while held).",
+    labels: [
+        "namespace",
+        "kind",
+        "name",
+        "class",
+        "operation",
+        "holder",
+        "lock_id",
+        "version",
+    ],
+    kind: PhantomData,
+};
+const LOCK_AGE: Family<Gauge, 5> = Family {
+    name: "captf_state_lock_age_seconds",
+    help: "Age of a held state lock: now minus lock-info Created, else since first observed.",
+    labels: ["namespace", "kind", "name", "class", "age_source"],
+    kind: PhantomData,
+};
+const LOCK_CREATED: Family<Gauge, 3> = Family {
+    name: "captf_state_lock_created_timestamp_seconds",
+    help: "lock-info Created of a held state lock, as Unix time.",
+    labels: ["namespace", "kind", "name"],
+    kind: PhantomData,
+};
+const LOCK_OVERDUE: Family<Gauge, 4> = Family {
+    name: "captf_state_lock_overdue",
+    help: "1 when a foreign or unknown lock is older than the effective lockTimeoutSeconds.",
+    labels: ["namespace", "kind", "name", "class"],
+    kind: PhantomData,
+};
+
+// 7.2 Per known object.
+
+const HELD: Family<Gauge, 3> = Family {
+    name: "captf_state_lock_held",
+    help: "1 while the object's state lock is held, else 0.",
+    labels: ["namespace", "kind", "name"],
+    kind: PhantomData,
+};
+const TIMEOUT: Family<Gauge, 3> = Family {
+    name: "captf_state_lock_timeout_seconds",
+    help: "Effective lockTimeoutSeconds of the object's Jobs.",
+    labels: ["namespace", "kind", "name"],
+    kind: PhantomData,
+};
+const DEADLINE: Family<Gauge, 3> = Family {
+    name: "captf_state_lock_deadline_seconds",
+    help: "Effective activeDeadlineSeconds of the object's Jobs.",
+    labels: ["namespace", "kind", "name"],
+    kind: PhantomData,
+};
+const FORCE_UNLOCKS: Family<Counter, 3> = Family {
+    name: "captf_state_lock_force_unlocks",
+    help: "Force-unlocks of the object's state lock, counted from ForceUnlocked Events since this exporter started.",
+    labels: ["namespace", "kind", "name"],
+    kind: PhantomData,
+};
+const LAST_FORCE_UNLOCK: Family<Gauge, 3> = Family {
+    name: "captf_state_lock_last_force_unlock_timestamp_seconds",
+    help: "When a ForceUnlocked Event about the object was last seen (Unix time).",
+    labels: ["namespace", "kind", "name"],
+    kind: PhantomData,
+};
+
+// 7.3 Overview, 7.4 the exporter itself. The self-metric counters are
+// prometheus-client counters registered by `Health::register_counters`.
+
+const HELD_PER_CLASS: Family<Gauge, 1> = Family {
+    name: "captf_state_locks_held",
+    help: "Held state locks per holder class.",
+    labels: ["class"],
+    kind: PhantomData,
+};
+const BUILD_INFO: Family<Gauge, 1> = Family {
+    name: "captf_lock_exporter_build_info",
+    help: "Build information (always 1).",
+    labels: ["version"],
+    kind: PhantomData,
+};
+const WATCH_UP: Family<Gauge, 1> = Family {
+    name: "captf_lock_exporter_watch_up",
+    help: "1 while every watch of the resource has listed once and its last request succeeded.",
+    labels: ["resource"],
+    kind: PhantomData,
+};
+const WATCH_LAST_SUCCESS: Family<Gauge, 1> = Family {
+    name: "captf_lock_exporter_watch_last_success_timestamp_seconds",
+    help: "Unix time of the last successful request (list, watch start, event or bookmark) of the resource, oldest across namespaces: how old its data may be.",
+    labels: ["resource"],
+    kind: PhantomData,
+};
+
+/// The (namespace, kind, name) label values every per-object series starts
+/// with, so that they join with CAPTF's own metrics.
+trait ObjectKey {
+    fn key(&self) -> [&str; 3];
+}
+
+impl ObjectKey for LockRow {
+    fn key(&self) -> [&str; 3] {
+        [&self.ns, self.kind, &self.name]
+    }
+}
+
+impl ObjectKey for ObjectRow {
+    fn key(&self) -> [&str; 3] {
+        [&self.ns, self.kind, &self.name]
+    }
+}
+
+impl ObjectKey for FuRow {
+    fn key(&self) -> [&str; 3] {
+        [&self.ns, &self.kind, &self.name]
+    }
+}
+
+fn flag(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// 7.1: the series of every held lock.
+pub(super) fn encode_locks(enc: &mut DescriptorEncoder<'_>, held: &[LockRow]) -> fmt::Result {
+    LOCK_INFO.encode(
+        enc,
+        held.iter().map(|r| {
+            let [ns, kind, name] = r.key();
+            let values = [
+                ns,
+                kind,
+                name,
+                r.class.as_str(),
+                &r.operation,
+                &r.holder,
+                &r.lock_id,
+                &r.version,
+            ];
+            (values, 1.0)
+        }),
+    )?;
+    LOCK_AGE.encode(
+        enc,
+        held.iter().map(|r| {
+            let [ns, kind, name] = r.key();
+            ([ns, kind, name, r.class.as_str(), r.age_source], r.age)
+        }),
+    )?;
+    LOCK_CREATED.encode(
+        enc,
+        held.iter().filter_map(|r| r.created.map(|c| (r.key(), c))),
+    )?;
+    LOCK_OVERDUE.encode(
+        enc,
+        held.iter().map(|r| {
+            let [ns, kind, name] = r.key();
+            ([ns, kind, name, r.class.as_str()], flag(r.overdue))
+        }),
+    )
+}
+
+/// 7.2: the series of every known object, held or not.
+pub(super) fn encode_objects(
+    enc: &mut DescriptorEncoder<'_>,
+    objects: &[ObjectRow],
+) -> fmt::Result {
+    HELD.encode(enc, objects.iter().map(|r| (r.key(), flag(r.held))))?;
+    TIMEOUT.encode(enc, objects.iter().map(|r| (r.key(), r.timeout as f64)))?;
+    DEADLINE.encode(enc, objects.iter().map(|r| (r.key(), r.deadline as f64)))
+}
+
+/// 7.2: force-unlock counters and when the last one was seen.
+pub(super) fn encode_force_unlocks(enc: &mut DescriptorEncoder<'_>, rows: &[FuRow]) -> fmt::Result {
+    // Every known object has a counter from the start (at 0), so the
+    // first force-unlock is an increase Prometheus can see.
+    FORCE_UNLOCKS.encode(enc, rows.iter().map(|r| (r.key(), r.fu.total)))?;
+    LAST_FORCE_UNLOCK.encode(
+        enc,
+        rows.iter()
+            .filter_map(|r| r.fu.last_seen.map(|t| (r.key(), t))),
+    )
+}
+
+/// 7.3 and build_info: held locks per class (all five, 0 included).
+pub(super) fn encode_overview(
+    enc: &mut DescriptorEncoder<'_>,
+    per_class: &[(HolderClass, u64); 5],
+    version: &str,
+) -> fmt::Result {
+    HELD_PER_CLASS.encode(
+        enc,
+        per_class.iter().map(|(c, n)| ([c.as_str()], *n as f64)),
+    )?;
+    BUILD_INFO.encode(enc, [([version], 1.0)])
+}
+
+/// 7.4: the gauges of watch health, for every watched resource.
+pub(super) fn encode_watch_health(enc: &mut DescriptorEncoder<'_>, health: &Health) -> fmt::Result {
+    let watched: Vec<Resource> = Resource::ALL
+        .into_iter()
+        .filter(|r| health.is_watched(*r))
+        .collect();
+    WATCH_UP.encode(
+        enc,
+        watched
+            .iter()
+            .map(|r| ([r.as_str()], flag(health.watch_up(*r)))),
+    )?;
+    WATCH_LAST_SUCCESS.encode(
+        enc,
+        watched.iter().filter_map(|r| {
+            health
+                .last_success(*r)
+                .map(|t| ([r.as_str()], unix_seconds(t)))
+        }),
+    )
+}

@@ -1,0 +1,108 @@
+//! `/metrics`: metric families generated from the index at scrape time.
+//!
+//! Nothing here talks to the API server. Label sets are closed: classes,
+//! resources, reasons and results are fixed enums, and every value taken
+//! from lock-info is capped when it enters the index.
+//!
+//! `snapshot` copies what a scrape needs out of the index under one short
+//! read lock; `families` declares every family once and encodes the
+//! snapshot. The self-metric counters live in [`crate::health::Health`] as
+//! prometheus-client counters and are registered beside the collector.
+
+mod families;
+mod snapshot;
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::registry::Registry;
+
+use crate::shared::Shared;
+
+/// Content type of the OpenMetrics text format.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of the Prometheus 0.0.4 text format.
+pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Exposition formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0 text (the default).
+    OpenMetrics,
+    /// Prometheus text 0.0.4.
+    Prometheus,
+}
+
+impl Format {
+    /// Picks the format from an Accept header: OpenMetrics unless the
+    /// client asks for text/plain without offering OpenMetrics.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if !a.contains("application/openmetrics-text") && a.contains("text/plain") => {
+                Format::Prometheus
+            }
+            _ => Format::OpenMetrics,
+        }
+    }
+
+    /// The response content type.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+            Format::Prometheus => PROMETHEUS_CONTENT_TYPE,
+        }
+    }
+}
+
+/// Renders every metric family in `format`.
+pub fn render(shared: &Arc<Shared>, format: Format) -> Result<String, std::fmt::Error> {
+    render_at(shared, format, SystemTime::now())
+}
+
+/// Renders every metric family in `format` with ages computed at `now`, so
+/// that tests get a deterministic exposition.
+pub fn render_at(
+    shared: &Arc<Shared>,
+    format: Format,
+    now: SystemTime,
+) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(LockCollector {
+        shared: shared.clone(),
+        now,
+    }));
+    // A sub-registry is encoded after the collectors: the counters keep
+    // their place at the end of the exposition.
+    shared
+        .health
+        .register_counters(registry.sub_registry_with_labels(std::iter::empty()));
+    let mut out = String::with_capacity(64 * 1024);
+    match format {
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry)?,
+        Format::Prometheus => {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?
+        }
+    }
+    Ok(out)
+}
+
+/// The families computed from the index and watch health at scrape time.
+#[derive(Debug)]
+struct LockCollector {
+    shared: Arc<Shared>,
+    now: SystemTime,
+}
+
+impl Collector for LockCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snap = self.snapshot(self.now);
+        families::encode_locks(&mut enc, &snap.locks)?;
+        families::encode_objects(&mut enc, &snap.objects)?;
+        families::encode_force_unlocks(&mut enc, &snap.force_unlocks)?;
+        families::encode_overview(&mut enc, &snap.per_class, self.shared.version)?;
+        families::encode_watch_health(&mut enc, &self.shared.health)
+    }
+}
