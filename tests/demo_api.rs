@@ -132,3 +132,23 @@ async fn list_then_watch_sees_a_change() {
         other => panic!("expected one bookmark, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_watch_from_a_compacted_version_gets_410() {
+    let store = Arc::new(Store::new());
+    // More changes than the log keeps: version 1 is gone.
+    for i in 0..1100 {
+        store.put(PODS, pod(&format!("p{i}"), "Running"));
+    }
+    let pods: Api<Pod> = Api::all(api::client(store));
+    let stream = pods
+        .watch(&WatchParams::default().timeout(5), "1")
+        .await
+        .expect("watch starts");
+    futures::pin_mut!(stream);
+    match stream.next().await {
+        Some(Ok(WatchEvent::Error(status))) => assert_eq!(status.code, 410),
+        other => panic!("expected a 410 ERROR event, got {other:?}"),
+    }
+    assert!(stream.next().await.is_none(), "the stream ends after it");
+}
