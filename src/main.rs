@@ -5,9 +5,8 @@ use std::process::ExitCode;
 use captf_lock_exporter::cli::{Cli, Command, LogFormat};
 use captf_lock_exporter::shared::Shared;
 use captf_lock_exporter::supervise::{Stopped, Supervisor};
-use captf_lock_exporter::verify::PodSource;
 use captf_lock_exporter::watch::Timing;
-use captf_lock_exporter::{server, verify, watch};
+use captf_lock_exporter::{demo, server, verify, watch};
 use clap::Parser;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -82,33 +81,33 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     let (shared, confirm_rx) = Shared::new();
     let listener = server::bind(cli.listen_address).await?;
     let mut tasks = Supervisor::new();
-    let source = match cli.command.unwrap_or(Command::Run) {
-        Command::Run => {
-            let client = client(&cli).await?;
-            let scopes: Vec<Option<String>> = if cli.namespaces.is_empty() {
-                vec![None]
-            } else {
-                cli.namespaces.iter().cloned().map(Some).collect()
-            };
-            for (name, task) in
-                watch::spawn_all(client.clone(), shared.clone(), scopes, Timing::DEFAULT)
-            {
-                tasks.adopt(name, task);
-            }
-            PodSource::Api(client)
-        }
+    let client = match cli.command.unwrap_or(Command::Run) {
+        Command::Run => client(&cli).await?,
         Command::Demo => {
-            // The demo moves to an in-process API server (next commit).
-            return Ok(());
+            let (client, simulation) = demo::start();
+            tasks.spawn("demo simulation", simulation);
+            tracing::info!(
+                "demo mode: the Kubernetes client talks to a simulated API server in this process; no cluster is contacted"
+            );
+            client
         }
     };
+    // From here on, production and demo run the same code.
+    let scopes: Vec<Option<String>> = if cli.namespaces.is_empty() {
+        vec![None]
+    } else {
+        cli.namespaces.iter().cloned().map(Some).collect()
+    };
+    for (name, task) in watch::spawn_all(client.clone(), shared.clone(), scopes, Timing::DEFAULT) {
+        tasks.adopt(name, task);
+    }
     tasks.spawn(
         "overdue checker",
         captf_lock_exporter::overdue::run(shared.clone(), std::time::Duration::from_secs(1)),
     );
     tasks.spawn(
         "pod verifier",
-        verify::run(shared.clone(), source, confirm_rx, cli.pod_recheck_interval),
+        verify::run(shared.clone(), client, confirm_rx, cli.pod_recheck_interval),
     );
     tasks.spawn("http server", server::serve(listener, shared.clone()));
     tracing::info!(address = %cli.listen_address, version = shared.version, "serving /metrics, /healthz, /readyz");

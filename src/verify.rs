@@ -15,52 +15,31 @@ use crate::index::{ObjectKey, PodRead, Resource};
 use crate::shared::Shared;
 use crate::watch::trim::PodObject;
 
-/// Where live pod reads go.
-#[derive(Clone)]
-pub enum PodSource {
-    /// The API server (GET pods/<name>).
-    Api(Client),
-}
-
-impl std::fmt::Debug for PodSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            PodSource::Api(_) => "PodSource::Api",
-        })
-    }
-}
-
-impl PodSource {
-    async fn read(&self, namespace: &str, name: &str) -> PodRead {
-        match self {
-            PodSource::Api(client) => {
-                let api: Api<PodObject> =
-                    crate::watch::api_of(client, Some(namespace), Resource::Pods, "v1");
-                // The client retries 429/503/504 on its own for minutes; a
-                // verdict that late is no verdict: call it a failed read.
-                let got = match tokio::time::timeout(READ_TIMEOUT, api.get(name)).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        tracing::debug!(namespace, pod = name, "live pod read timed out");
-                        return PodRead::Failed;
-                    }
-                };
-                match got {
-                    Ok(pod) => {
-                        let phase = pod.status.as_ref().map_or("", |s| s.phase.as_str());
-                        if is_terminal_phase(phase) {
-                            PodRead::Finished
-                        } else {
-                            PodRead::Live
-                        }
-                    }
-                    Err(kube::Error::Api(s)) if s.code == 404 => PodRead::Gone,
-                    Err(err) => {
-                        tracing::debug!(namespace, pod = name, error = %err, "live pod read failed");
-                        PodRead::Failed
-                    }
-                }
+/// Reads a pod once, uncached: `GET pods/<name>`.
+async fn read_pod(client: &Client, namespace: &str, name: &str) -> PodRead {
+    let api: Api<PodObject> = crate::watch::api_of(client, Some(namespace), Resource::Pods, "v1");
+    // The client retries 429/503/504 on its own for minutes; a verdict that
+    // late is no verdict: call it a failed read.
+    let got = match tokio::time::timeout(READ_TIMEOUT, api.get(name)).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::debug!(namespace, pod = name, "live pod read timed out");
+            return PodRead::Failed;
+        }
+    };
+    match got {
+        Ok(pod) => {
+            let phase = pod.status.as_ref().map_or("", |s| s.phase.as_str());
+            if is_terminal_phase(phase) {
+                PodRead::Finished
+            } else {
+                PodRead::Live
             }
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => PodRead::Gone,
+        Err(err) => {
+            tracing::debug!(namespace, pod = name, error = %err, "live pod read failed");
+            PodRead::Failed
         }
     }
 }
@@ -71,11 +50,11 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most live reads in flight at once.
 const MAX_IN_FLIGHT: usize = 8;
 
-/// Runs the verifier: reads each queued pod once at a time, and re-queues
-/// unresolved ones every `recheck`.
+/// Runs the verifier: reads each queued pod through `client` once at a
+/// time, and re-queues unresolved ones every `recheck`.
 pub async fn run(
     shared: Arc<Shared>,
-    source: PodSource,
+    client: Client,
     mut queue: mpsc::UnboundedReceiver<ObjectKey>,
     recheck: Duration,
 ) {
@@ -108,9 +87,9 @@ pub async fn run(
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
-        let (shared, source, in_flight) = (shared.clone(), source.clone(), in_flight.clone());
+        let (shared, client, in_flight) = (shared.clone(), client.clone(), in_flight.clone());
         tokio::spawn(async move {
-            let read = source.read(&pod.namespace, &pod.name).await;
+            let read = read_pod(&client, &pod.namespace, &pod.name).await;
             shared.health.on_pod_read(match read {
                 PodRead::Live | PodRead::Finished => ReadResult::Found,
                 PodRead::Gone => ReadResult::NotFound,

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use captf_lock_exporter::server::handle;
 use captf_lock_exporter::shared::Shared;
-use captf_lock_exporter::verify::{self, PodSource};
+use captf_lock_exporter::verify;
 use captf_lock_exporter::watch::{self, Timing};
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -134,7 +134,7 @@ fn start_world(world: &World) -> (Arc<Shared>, FakeApi) {
     watch::spawn_all(client.clone(), shared.clone(), vec![None], Timing::DEFAULT);
     tokio::spawn(verify::run(
         shared.clone(),
-        PodSource::Api(client),
+        client,
         rx,
         Duration::from_secs(3600),
     ));

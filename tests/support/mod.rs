@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use captf_lock_exporter::metrics::{render, Format};
 use captf_lock_exporter::shared::Shared;
-use captf_lock_exporter::verify::{self, PodSource};
+use captf_lock_exporter::verify;
 use captf_lock_exporter::watch;
 use http::{Method, Request, Response};
 use http_body_util::combinators::BoxBody;
@@ -212,7 +212,7 @@ pub fn start(api: &FakeApi) -> Arc<Shared> {
     );
     tokio::spawn(verify::run(
         shared.clone(),
-        PodSource::Api(client),
+        client,
         rx,
         Duration::from_secs(3600),
     ));

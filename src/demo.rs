@@ -1,1 +1,0 @@
-//! Placeholder while the demo moves to an in-process API server.
