@@ -114,10 +114,7 @@ fn lease(kind: Kind, name: &str, held: Option<&str>) -> Change {
     let suffix = state_suffix(NS, kind, name);
     let lease_name = lock_lease_name(&suffix);
     let (holder, info) = match held {
-        Some(raw) => (
-            format!("lock-{}", suffix),
-            parse_lock_info(raw.as_bytes()).map(Some),
-        ),
+        Some(raw) => (format!("lock-{}", suffix), parse_lock_info(raw).map(Some)),
         None => (String::new(), Ok(None)),
     };
     let entry = LockLease::new(
