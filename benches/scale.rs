@@ -51,7 +51,7 @@ fn main() {
                 ix.apply(ObjectKey::new(&ns, pod), PodState { finished: false }, now);
             }
             let parsed = match &info {
-                Some(raw) => parse_lock_info(raw.as_bytes()).map(Some),
+                Some(raw) => parse_lock_info(raw).map(Some),
                 None => Ok(None),
             };
             let holder = if held { format!("id-{i}") } else { String::new() };

@@ -34,7 +34,7 @@ fn shared_with_hostile_lock() -> Arc<Shared> {
         Some("TerraformMachine"),
         Some("web".into()),
         "holder".into(),
-        parse_lock_info(info.as_bytes()).map(Some),
+        parse_lock_info(&info).map(Some),
     );
     let obj = TfObject {
         kind: Kind::TerraformMachine,

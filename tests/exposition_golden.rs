@@ -56,7 +56,7 @@ type Change = Box<dyn FnOnce(&mut Index, SystemTime) -> Effects>;
 fn lease(ns: &str, kind: Kind, name: &str, holder: &str, info: Option<String>) -> Change {
     let suffix = state_suffix(ns, kind, name);
     let info = match info {
-        Some(j) => parse_lock_info(j.as_bytes()).map(Some),
+        Some(j) => parse_lock_info(&j).map(Some),
         None => Ok(None),
     };
     let lease = LockLease::new(

@@ -85,7 +85,7 @@ pub fn lease(obj: &LeaseObject) -> Trimmed<ObjectKey, LockLease> {
                 .map(|s| s.holder_identity.clone())
                 .unwrap_or_default();
             let info = match obj.annotations().get(LOCK_INFO_ANNOTATION) {
-                Some(raw) if !raw.is_empty() => parse_lock_info(raw.as_bytes()).map(Some),
+                Some(raw) if !raw.is_empty() => parse_lock_info(raw).map(Some),
                 _ => Ok(None),
             };
             Some(LockLease::new(

@@ -133,7 +133,7 @@ fn foreign_unknown_and_release() {
         None,
         None,
         "lock-d".into(),
-        Err(crate::core::lockinfo::parse_lock_info(b"{").unwrap_err()),
+        Err(crate::core::lockinfo::parse_lock_info("{").unwrap_err()),
     );
     feed(
         &mut ix,

@@ -1,0 +1,3 @@
+module captf-lock-exporter/tools/go-compat
+
+go 1.19
