@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use captf_lock_exporter::core::kind::Kind;
-use captf_lock_exporter::demo::api::{self, LEASES, PODS};
+use captf_lock_exporter::demo::api;
 use captf_lock_exporter::demo::objects::{lease, lock_info, pod, NS};
 use captf_lock_exporter::demo::store::Store;
+use captf_lock_exporter::index::Resource;
 use futures::StreamExt;
 use http::Request;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -24,7 +25,7 @@ fn status_code<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> u16 {
 #[tokio::test]
 async fn answers_only_get() {
     let store = Arc::new(Store::new());
-    store.put(LEASES, lease(Kind::TerraformMachine, "m1", None));
+    store.put(Resource::Leases, lease(Kind::TerraformMachine, "m1", None));
     let client = api::client(store.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
     let name = leases
@@ -74,7 +75,7 @@ async fn answers_only_get() {
     // A resource it does not serve, and an absent or forbidden pod.
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     assert_eq!(status_code(maps.list(&ListParams::default()).await), 404);
-    store.forbid_get(PODS, NS, "secret");
+    store.forbid_get(Resource::Pods, NS, "secret");
     let pods: Api<Pod> = Api::namespaced(client, NS);
     assert_eq!(status_code(pods.get("absent").await), 404);
     assert_eq!(status_code(pods.get("secret").await), 403);
@@ -84,12 +85,15 @@ async fn answers_only_get() {
 async fn list_then_watch_sees_a_change() {
     let store = Arc::new(Store::new());
     let held = lock_info("@runner", 5);
-    store.put(LEASES, lease(Kind::TerraformMachine, "m1", Some(&held)));
+    store.put(
+        Resource::Leases,
+        lease(Kind::TerraformMachine, "m1", Some(&held)),
+    );
     // Not a state lock: the exporter's selector leaves it out.
     let mut run_lease = lease(Kind::TerraformMachine, "m2", None);
     run_lease["metadata"]["labels"]["captf.io/lease"] = "run".into();
-    store.put(LEASES, run_lease);
-    store.put(PODS, pod("runner", "Running"));
+    store.put(Resource::Leases, run_lease);
+    store.put(Resource::Pods, pod("runner", "Running"));
 
     let client = api::client(store.clone());
     let leases: Api<Lease> = Api::all(client);
@@ -106,8 +110,8 @@ async fn list_then_watch_sees_a_change() {
     let stream = leases.watch(&params, &rv).await.expect("watches");
     futures::pin_mut!(stream);
 
-    store.put(LEASES, lease(Kind::TerraformMachine, "m1", None));
-    store.delete(PODS, NS, "runner");
+    store.put(Resource::Leases, lease(Kind::TerraformMachine, "m1", None));
+    store.delete(Resource::Pods, NS, "runner");
     let first = tokio::time::timeout(Duration::from_secs(5), stream.next())
         .await
         .expect("an event in time")
@@ -138,7 +142,7 @@ async fn a_watch_from_a_compacted_version_gets_410() {
     let store = Arc::new(Store::new());
     // More changes than the log keeps: version 1 is gone.
     for i in 0..1100 {
-        store.put(PODS, pod(&format!("p{i}"), "Running"));
+        store.put(Resource::Pods, pod(&format!("p{i}"), "Running"));
     }
     let pods: Api<Pod> = Api::all(api::client(store));
     let stream = pods

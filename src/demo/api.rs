@@ -20,72 +20,10 @@ use hyper::body::Frame;
 use serde_json::{json, Value};
 
 use super::query::{params, Filter};
-use super::store::{Expired, Lookup, ServedResource, Store};
+use super::store::{api_version, Expired, Lookup, ServedResource, Store};
 
 /// Response body of the simulated API.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;
-
-/// Every resource the simulated API serves.
-pub const SERVED: [ServedResource; 7] = [
-    LEASES,
-    PODS,
-    EVENTS,
-    TERRAFORM_CLUSTERS,
-    TERRAFORM_MACHINES,
-    TERRAFORM_MACHINE_POOLS,
-    CAPI_CLUSTERS,
-];
-
-/// coordination.k8s.io/v1 Leases.
-pub const LEASES: ServedResource = ServedResource {
-    group: "coordination.k8s.io",
-    version: "v1",
-    plural: "leases",
-    kind: "Lease",
-};
-/// v1 Pods.
-pub const PODS: ServedResource = ServedResource {
-    group: "",
-    version: "v1",
-    plural: "pods",
-    kind: "Pod",
-};
-/// events.k8s.io/v1 Events.
-pub const EVENTS: ServedResource = ServedResource {
-    group: "events.k8s.io",
-    version: "v1",
-    plural: "events",
-    kind: "Event",
-};
-/// CAPTF TerraformClusters.
-pub const TERRAFORM_CLUSTERS: ServedResource = ServedResource {
-    group: crate::core::kind::API_GROUP,
-    version: crate::core::kind::API_VERSION,
-    plural: "terraformclusters",
-    kind: "TerraformCluster",
-};
-/// CAPTF TerraformMachines.
-pub const TERRAFORM_MACHINES: ServedResource = ServedResource {
-    group: crate::core::kind::API_GROUP,
-    version: crate::core::kind::API_VERSION,
-    plural: "terraformmachines",
-    kind: "TerraformMachine",
-};
-/// CAPTF TerraformMachinePools.
-pub const TERRAFORM_MACHINE_POOLS: ServedResource = ServedResource {
-    group: crate::core::kind::API_GROUP,
-    version: crate::core::kind::API_VERSION,
-    plural: "terraformmachinepools",
-    kind: "TerraformMachinePool",
-};
-/// CAPI Clusters, v1beta2 only (the exporter's v1beta1 fallback is not
-/// exercised: a v1beta1 request is a 404 like any unknown resource).
-pub const CAPI_CLUSTERS: ServedResource = ServedResource {
-    group: "cluster.x-k8s.io",
-    version: "v1beta2",
-    plural: "clusters",
-    kind: "Cluster",
-};
 
 /// A bookmark this often on a quiet watch, as API servers send them.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(20);
@@ -151,9 +89,10 @@ fn route(path: &str) -> Option<Target<'_>> {
         _ => return None,
     };
     let served = |plural: &str| {
-        SERVED
-            .into_iter()
-            .find(|r| r.group == group && r.version == version && r.plural == plural)
+        ServedResource::ALL.into_iter().find(|r| {
+            let spec = r.spec();
+            spec.group == group && spec.versions.first() == Some(&version) && spec.plural == plural
+        })
     };
     match rest {
         [plural] => Some(Target::Collection(served(plural)?, None)),
@@ -184,14 +123,14 @@ fn answer(store: &Arc<Store>, method: &Method, uri: &http::Uri) -> Response<Body
             Lookup::Absent => failure(
                 StatusCode::NOT_FOUND,
                 "NotFound",
-                &format!("{} \"{name}\" not found", resource.plural),
+                &format!("{} \"{name}\" not found", resource.spec().plural),
             ),
             Lookup::Forbidden => failure(
                 StatusCode::FORBIDDEN,
                 "Forbidden",
                 &format!(
                     "{} \"{name}\" is forbidden in namespace \"{ns}\"",
-                    resource.plural
+                    resource.spec().plural
                 ),
             ),
         },
@@ -202,8 +141,8 @@ fn answer(store: &Arc<Store>, method: &Method, uri: &http::Uri) -> Response<Body
             } else {
                 let (items, rv) = store.list(resource, ns, |o| filter.keeps(o));
                 let list = json!({
-                    "apiVersion": resource.api_version(),
-                    "kind": format!("{}List", resource.kind),
+                    "apiVersion": api_version(resource),
+                    "kind": format!("{}List", resource.spec().kind),
                     "metadata": {"resourceVersion": rv.to_string()},
                     "items": items,
                 });
@@ -237,8 +176,8 @@ impl Watch {
         line(&json!({
             "type": "BOOKMARK",
             "object": {
-                "apiVersion": self.resource.api_version(),
-                "kind": self.resource.kind,
+                "apiVersion": api_version(self.resource),
+                "kind": self.resource.spec().kind,
                 "metadata": {"resourceVersion": self.sent.to_string()},
             },
         }))
@@ -356,17 +295,21 @@ fn watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::Resource;
 
     #[test]
     fn routes_the_paths_the_exporter_uses() {
-        assert_eq!(route("/api/v1/pods"), Some(Target::Collection(PODS, None)));
+        assert_eq!(
+            route("/api/v1/pods"),
+            Some(Target::Collection(Resource::Pods, None))
+        );
         assert_eq!(
             route("/apis/coordination.k8s.io/v1/namespaces/demo/leases"),
-            Some(Target::Collection(LEASES, Some("demo")))
+            Some(Target::Collection(Resource::Leases, Some("demo")))
         );
         assert_eq!(
             route("/api/v1/namespaces/demo/pods/p1"),
-            Some(Target::Object(PODS, "demo", "p1"))
+            Some(Target::Object(Resource::Pods, "demo", "p1"))
         );
         assert_eq!(route("/apis/cluster.x-k8s.io/v1beta1/clusters"), None);
         assert_eq!(route("/api/v1/configmaps"), None);

@@ -4,12 +4,12 @@
 use chrono::{SecondsFormat, Utc};
 use serde_json::{json, Map, Value};
 
-use super::api::{CAPI_CLUSTERS, EVENTS, LEASES, PODS};
-use super::store::ServedResource;
+use super::store::{api_version, ServedResource};
 use crate::core::jobname::{job_name, Op};
 use crate::core::kind::{Kind, API_GROUP, API_VERSION};
 use crate::core::suffix::{lock_lease_name, state_suffix};
 use crate::core::timeouts::JobsPolicy;
+use crate::index::Resource;
 use crate::watch::trim::{
     CAPTF_CONTROLLER, CLUSTER_NAME_LABEL, FORCE_UNLOCKED_REASON, LOCK_INFO_ANNOTATION,
     MANAGED_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, TFSTATE_LABEL,
@@ -35,8 +35,8 @@ fn meta(name: &str, labels: Value) -> Value {
 
 fn typed(resource: ServedResource, metadata: Value, rest: Value) -> Value {
     let mut object = Map::new();
-    object.insert("apiVersion".into(), json!(resource.api_version()));
-    object.insert("kind".into(), json!(resource.kind));
+    object.insert("apiVersion".into(), json!(api_version(resource)));
+    object.insert("kind".into(), json!(resource.spec().kind));
     object.insert("metadata".into(), metadata);
     if let Value::Object(fields) = rest {
         object.extend(fields);
@@ -96,14 +96,14 @@ pub fn lease(kind: Kind, name: &str, lock_info: Option<&str>) -> Value {
         metadata["annotations"] = json!({ LOCK_INFO_ANNOTATION: info });
         spec["holderIdentity"] = json!(format!("lock-{suffix}"));
     }
-    typed(LEASES, metadata, json!({ "spec": spec }))
+    typed(Resource::Leases, metadata, json!({ "spec": spec }))
 }
 
 /// A runner pod in `phase`.
 pub fn pod(name: &str, phase: &str) -> Value {
     let metadata = meta(name, json!({ MANAGED_LABEL: "true" }));
     typed(
-        PODS,
+        Resource::Pods,
         metadata,
         json!({
             "spec": {"containers": [{"name": "terraform", "image": "opentofu"}]},
@@ -146,7 +146,7 @@ pub fn terraform_object(
 /// of the same name.
 pub fn capi_cluster(name: &str) -> Value {
     typed(
-        CAPI_CLUSTERS,
+        Resource::Clusters,
         meta(name, json!({})),
         json!({
             "spec": {"infrastructureRef": {
@@ -179,5 +179,5 @@ pub fn force_unlock_event(event_name: &str, kind: Kind, name: &str, count: u64) 
     if count > 1 {
         rest["series"] = json!({"count": count, "lastObservedTime": now});
     }
-    typed(EVENTS, meta(event_name, json!({})), rest)
+    typed(Resource::Events, meta(event_name, json!({})), rest)
 }

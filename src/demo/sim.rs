@@ -20,10 +20,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::api::{
-    CAPI_CLUSTERS, EVENTS, LEASES, PODS, TERRAFORM_CLUSTERS, TERRAFORM_MACHINES,
-    TERRAFORM_MACHINE_POOLS,
-};
 use super::objects::{
     capi_cluster, force_unlock_event, lease, lock_info, pod, runner_pod, terraform_object, CLUSTER,
     NS,
@@ -31,6 +27,7 @@ use super::objects::{
 use super::store::Store;
 use crate::core::kind::Kind;
 use crate::core::timeouts::JobsPolicy;
+use crate::index::Resource;
 
 const M: Kind = Kind::TerraformMachine;
 const MP: Kind = Kind::TerraformMachinePool;
@@ -64,13 +61,13 @@ fn held_by_pod(pod: &str, age_seconds: i64) -> String {
 
 /// Puts the state every cycle starts from.
 fn set_scene(store: &Store, pods: &Pods) {
-    store.put(CAPI_CLUSTERS, capi_cluster(CLUSTER));
+    store.put(Resource::Clusters, capi_cluster(CLUSTER));
     // The cluster's own Jobs get a deadline; its members inherit a 30 s
     // lock timeout from defaults, which the workstation lock outlives.
     store.put(
-        TERRAFORM_CLUSTERS,
+        Resource::TerraformClusters,
         terraform_object(
-            TERRAFORM_CLUSTERS,
+            Resource::TerraformClusters,
             CLUSTER,
             Some(JobsPolicy {
                 lock_timeout_seconds: None,
@@ -84,8 +81,8 @@ fn set_scene(store: &Store, pods: &Pods) {
     );
     for name in ["prod-cp-0", "prod-md-0", "prod-md-1", "prod-md-3"] {
         store.put(
-            TERRAFORM_MACHINES,
-            terraform_object(TERRAFORM_MACHINES, name, None, None),
+            Resource::TerraformMachines,
+            terraform_object(Resource::TerraformMachines, name, None, None),
         );
     }
     let own_timeout = JobsPolicy {
@@ -93,41 +90,46 @@ fn set_scene(store: &Store, pods: &Pods) {
         active_deadline_seconds: None,
     };
     store.put(
-        TERRAFORM_MACHINES,
-        terraform_object(TERRAFORM_MACHINES, "prod-md-2", Some(own_timeout), None),
+        Resource::TerraformMachines,
+        terraform_object(
+            Resource::TerraformMachines,
+            "prod-md-2",
+            Some(own_timeout),
+            None,
+        ),
     );
     store.put(
-        TERRAFORM_MACHINE_POOLS,
-        terraform_object(TERRAFORM_MACHINE_POOLS, "prod-pool", None, None),
+        Resource::TerraformMachinePools,
+        terraform_object(Resource::TerraformMachinePools, "prod-pool", None, None),
     );
     for p in [&pods.cp, &pods.md, &pods.cluster] {
-        store.put(PODS, pod(p, "Running"));
+        store.put(Resource::Pods, pod(p, "Running"));
     }
-    store.forbid_get(PODS, NS, &pods.unreadable);
+    store.forbid_get(Resource::Pods, NS, &pods.unreadable);
 
     store.put(
-        LEASES,
+        Resource::Leases,
         lease(M, "prod-cp-0", Some(&held_by_pod(&pods.cp, 5))),
     );
     store.put(
-        LEASES,
+        Resource::Leases,
         lease(M, "prod-md-0", Some(&held_by_pod(&pods.md, 3))),
     );
     let workstation = lock_info("alice@alice-laptop", 20);
-    store.put(LEASES, lease(M, "prod-md-1", Some(&workstation)));
-    store.put(LEASES, lease(M, "prod-md-2", None));
+    store.put(Resource::Leases, lease(M, "prod-md-1", Some(&workstation)));
+    store.put(Resource::Leases, lease(M, "prod-md-2", None));
     let unreadable = held_by_pod(&pods.unreadable, 2);
-    store.put(LEASES, lease(M, "prod-md-3", Some(&unreadable)));
+    store.put(Resource::Leases, lease(M, "prod-md-3", Some(&unreadable)));
     store.put(
-        LEASES,
+        Resource::Leases,
         lease(MP, "prod-pool", Some("{\"ID\": \"x\", \"Who\": 42}")),
     );
     store.put(
-        LEASES,
+        Resource::Leases,
         lease(C, CLUSTER, Some(&held_by_pod(&pods.cluster, 1))),
     );
     let retained = lock_info("@old-runner-pod", 4000);
-    store.put(LEASES, lease(M, "retained-0", Some(&retained)));
+    store.put(Resource::Leases, lease(M, "retained-0", Some(&retained)));
 }
 
 /// Fills an empty store with what exists before the exporter starts: the
@@ -135,7 +137,7 @@ fn set_scene(store: &Store, pods: &Pods) {
 /// watchers list, so none of it arrives as a change.
 pub fn seed(store: &Store) {
     store.put(
-        EVENTS,
+        Resource::Events,
         force_unlock_event("prod-cp-0.old", M, "prod-cp-0", 2),
     );
     set_scene(store, &Pods::new());
@@ -161,17 +163,20 @@ async fn at(start: tokio::time::Instant, secs: u64) {
 async fn cycle(store: &Store, pods: &Pods, n: u64) {
     let start = tokio::time::Instant::now();
     at(start, 10).await;
-    store.put(PODS, pod(&pods.md, "Failed"));
+    store.put(Resource::Pods, pod(&pods.md, "Failed"));
     at(start, 20).await;
-    store.put(LEASES, lease(C, CLUSTER, None));
-    store.put(PODS, pod(&pods.cluster, "Succeeded"));
+    store.put(Resource::Leases, lease(C, CLUSTER, None));
+    store.put(Resource::Pods, pod(&pods.cluster, "Succeeded"));
     at(start, 45).await;
     // The next Job force-unlocks the stale lock and reports it.
-    store.put(LEASES, lease(M, "prod-md-0", None));
+    store.put(Resource::Leases, lease(M, "prod-md-0", None));
     let event = format!("prod-md-0.{n}");
-    store.put(EVENTS, force_unlock_event(&event, M, "prod-md-0", 1));
-    store.delete(PODS, NS, &pods.md);
+    store.put(
+        Resource::Events,
+        force_unlock_event(&event, M, "prod-md-0", 1),
+    );
+    store.delete(Resource::Pods, NS, &pods.md);
     at(start, 90).await;
-    store.put(LEASES, lease(M, "prod-md-1", None));
+    store.put(Resource::Leases, lease(M, "prod-md-1", None));
     tokio::time::sleep_until(start + CYCLE).await;
 }

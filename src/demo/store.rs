@@ -11,28 +11,18 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-/// A resource the simulated API serves: where it lives in the URL space and
-/// what its objects are called.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServedResource {
-    /// API group; empty for the core group.
-    pub group: &'static str,
-    /// API version.
-    pub version: &'static str,
-    /// Plural, as in the URL.
-    pub plural: &'static str,
-    /// Kind of one object.
-    pub kind: &'static str,
-}
+/// A resource the simulated API serves: one of the watched resources, at
+/// the first version the resource table lists for it.
+pub type ServedResource = crate::index::Resource;
 
-impl ServedResource {
-    /// `apiVersion` of its objects.
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.to_string()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
+/// `apiVersion` of the objects of a served resource.
+pub fn api_version(r: ServedResource) -> String {
+    let spec = r.spec();
+    let version = spec.versions.first().copied().unwrap_or("v1");
+    if spec.group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{}/{version}", spec.group)
     }
 }
 
@@ -286,12 +276,7 @@ impl Store {
 mod tests {
     use super::*;
 
-    const THINGS: ServedResource = ServedResource {
-        group: "example.io",
-        version: "v1",
-        plural: "things",
-        kind: "Thing",
-    };
+    const THINGS: ServedResource = ServedResource::Leases;
 
     fn thing(ns: &str, name: &str) -> Value {
         json!({"metadata": {"namespace": ns, "name": name}})

@@ -37,7 +37,7 @@ fn stale_needs_a_live_read_before_it_is_reported() {
 #[test]
 fn failed_pod_turns_stale_after_confirmation_and_keeps_live_meanwhile() {
     let (mut ix, _) = web_locked_by_own_pod(Some(false));
-    let fx = feed(&mut ix, Resource::Pods, pod(WEB_POD, true), t0());
+    let fx = ix.feed(Resource::Pods, pod(WEB_POD, true));
     assert_eq!(fx.confirm, vec![ObjectKey::new(NS, WEB_POD)]);
     assert!(
         fx.class_changes.is_empty(),
@@ -59,7 +59,7 @@ fn failed_pod_turns_stale_after_confirmation_and_keeps_live_meanwhile() {
 #[test]
 fn deleted_pod_and_cache_lag() {
     let (mut ix, _) = web_locked_by_own_pod(Some(false));
-    feed(&mut ix, Resource::Pods, gone(WEB_POD), t0());
+    ix.feed(Resource::Pods, gone(WEB_POD));
     // The live read still finds it (cache ahead of the server is impossible,
     // but a read racing a recreate is not): it stays live.
     ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Live, t0());
@@ -100,31 +100,20 @@ fn foreign_unknown_and_release() {
     let mut ix = Index::new();
     let m = Kind::TerraformMachine;
     for n in ["a", "b", "c", "d"] {
-        feed(
-            &mut ix,
-            Resource::TerraformMachines,
-            object(m, n, None, None, None),
-            t0(),
-        );
+        ix.feed(Resource::TerraformMachines, object(m, n, None, None, None));
     }
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         lease_change(m, "a", Some(info("alice@laptop"))),
-        t0(),
     );
     // Another object's runner pod is foreign to this one.
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         lease_change(m, "b", Some(info(&format!("@{WEB_POD}")))),
-        t0(),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         lease_change(m, "c", Some(info("no-at-sign"))),
-        t0(),
     );
     let suffix = state_suffix(NS, m, "d");
     let bad = LockLease::new(
@@ -135,14 +124,12 @@ fn foreign_unknown_and_release() {
         "lock-d".into(),
         Err(crate::core::lockinfo::parse_lock_info("{").unwrap_err()),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         Change {
             key: (NS.into(), lock_lease_name(&suffix)),
             entry: Some(Entry::Lease(bad)),
         },
-        t0(),
     );
     assert_eq!(class_of(&ix, m, "a"), Some(HolderClass::Foreign));
     assert_eq!(class_of(&ix, m, "b"), Some(HolderClass::Foreign));
@@ -152,7 +139,7 @@ fn foreign_unknown_and_release() {
     assert!(counts.contains(&(HolderClass::Foreign, 2)));
     assert!(counts.contains(&(HolderClass::Unknown, 2)));
 
-    let fx = feed(&mut ix, Resource::Leases, lease_change(m, "a", None), t0());
+    let fx = ix.feed(Resource::Leases, lease_change(m, "a", None));
     assert_eq!(class_of(&ix, m, "a"), None);
     assert_eq!(fx.class_changes[0].to, None);
     assert!(ix.held_per_class().contains(&(HolderClass::Foreign, 1)));
@@ -162,27 +149,21 @@ fn foreign_unknown_and_release() {
 fn resync_drops_what_vanished_in_scope_only() {
     let mut ix = Index::new();
     let m = Kind::TerraformMachine;
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         lease_change(m, "a", Some(info("x@laptop"))),
-        t0(),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         lease_change(m, "b", Some(info("x@laptop"))),
-        t0(),
     );
-    let fx = relist(&mut ix, Resource::Leases, Some("other-ns"), vec![], t0());
+    let fx = ix.relist(Resource::Leases, Some("other-ns"), vec![]);
     assert!(fx.class_changes.is_empty());
     assert_eq!(ix.sizes().0, 2);
-    let fx = relist(
-        &mut ix,
+    let fx = ix.relist(
         Resource::Leases,
         Some(NS),
         vec![lease_change(m, "b", Some(info("x@laptop")))],
-        t0(),
     );
     assert_eq!(ix.sizes().0, 1);
     assert_eq!(fx.class_changes.len(), 1, "only the vanished lock changed");
@@ -193,11 +174,9 @@ fn resync_drops_what_vanished_in_scope_only() {
 fn observed_age_survives_updates_of_the_same_lock() {
     let mut ix = Index::new();
     let m = Kind::TerraformMachine;
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         lease_change(m, "a", Some(info("x@laptop"))),
-        t0(),
     );
     let later = t0() + Duration::from_secs(100);
     feed(
@@ -218,12 +197,10 @@ fn lock_of_unknown_object_is_reported_from_labels_and_can_be_own() {
     let (mut ix, _) = (Index::new(), ());
     let m = Kind::TerraformMachine;
     // No TerraformMachine "web" is known, but the label reproduces the suffix.
-    feed(&mut ix, Resource::Pods, pod(WEB_POD, false), t0());
-    feed(
-        &mut ix,
+    ix.feed(Resource::Pods, pod(WEB_POD, false));
+    ix.feed(
         Resource::Leases,
         lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
-        t0(),
     );
     assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
     // A label that does not reproduce the suffix is not trusted as the name.
@@ -236,14 +213,12 @@ fn lock_of_unknown_object_is_reported_from_labels_and_can_be_own() {
         "id".into(),
         Ok(Some(info(&format!("@{WEB_POD}")))),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         Change {
             key: (NS.into(), lock_lease_name(&suffix)),
             entry: Some(Entry::Lease(l)),
         },
-        t0(),
     );
     let mut classes = Vec::new();
     ix.for_each_lock(|v| classes.push((v.name.to_string(), v.state.class)));
@@ -263,7 +238,7 @@ fn lock_of_unknown_object_is_reported_from_labels_and_can_be_own() {
 fn object_arriving_after_its_lock_reclassifies() {
     let mut ix = Index::new();
     let m = Kind::TerraformMachine;
-    feed(&mut ix, Resource::Pods, pod(WEB_POD, false), t0());
+    ix.feed(Resource::Pods, pod(WEB_POD, false));
     let suffix = state_suffix(NS, m, "web");
     let l = LockLease::new(
         NS.into(),
@@ -273,21 +248,17 @@ fn object_arriving_after_its_lock_reclassifies() {
         "id".into(),
         Ok(Some(info(&format!("@{WEB_POD}")))),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         Change {
             key: (NS.into(), lock_lease_name(&suffix)),
             entry: Some(Entry::Lease(l)),
         },
-        t0(),
     );
     assert_eq!(ix.held_per_class()[2], (HolderClass::Foreign, 1));
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformMachines,
         object(m, "web", None, None, None),
-        t0(),
     );
     assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
 }
@@ -318,11 +289,9 @@ fn a_new_lock_never_inherits_the_previous_locks_class() {
 
     // The next Job force-unlocks and takes lock 2 before its pod is cached.
     let mut ix = stale_then();
-    let fx = feed(
-        &mut ix,
+    let fx = ix.feed(
         Resource::Leases,
         lease_with_id(m, "web", "id-2", &format!("@{next_pod}")),
-        t0(),
     );
     assert_eq!(
         class_of(&ix, m, "web"),
@@ -339,28 +308,19 @@ fn a_new_lock_never_inherits_the_previous_locks_class() {
 
     // Same, through a release in between.
     let mut ix = stale_then();
-    feed(
-        &mut ix,
-        Resource::Leases,
-        lease_change(m, "web", None),
-        t0(),
-    );
-    feed(
-        &mut ix,
+    ix.feed(Resource::Leases, lease_change(m, "web", None));
+    ix.feed(
         Resource::Leases,
         lease_with_id(m, "web", "id-2", &format!("@{next_pod}")),
-        t0(),
     );
     assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnUnverified));
 
     // A new lock whose holder pod is cached live is own_live at once.
     let mut ix = stale_then();
-    feed(&mut ix, Resource::Pods, pod(next_pod, false), t0());
-    let fx = feed(
-        &mut ix,
+    ix.feed(Resource::Pods, pod(next_pod, false));
+    let fx = ix.feed(
         Resource::Leases,
         lease_with_id(m, "web", "id-2", &format!("@{next_pod}")),
-        t0(),
     );
     assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
     assert!(fx.confirm.is_empty());
@@ -369,12 +329,10 @@ fn a_new_lock_never_inherits_the_previous_locks_class() {
     // An update of the same lock still keeps its verdict while a read is
     // pending (no own_live -> own_unverified flap).
     let (mut ix, _) = web_locked_by_own_pod(Some(false));
-    feed(&mut ix, Resource::Pods, pod(WEB_POD, true), t0());
-    let fx = feed(
-        &mut ix,
+    ix.feed(Resource::Pods, pod(WEB_POD, true));
+    let fx = ix.feed(
         Resource::Leases,
         lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
-        t0(),
     );
     assert!(fx.class_changes.is_empty());
     assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));

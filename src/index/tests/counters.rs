@@ -21,12 +21,10 @@ fn force_unlocks_count_each_event_and_series_increase_once() {
     let mut ix = Index::new();
     let total = |ix: &Index, o: &str| ix.force_unlocks_of(NS, "TerraformMachine", o).total;
     // The first list is history: not counted, but it sets the time.
-    relist(
-        &mut ix,
+    ix.relist(
         Resource::Events,
         None,
         vec![fu_event("old", "web", 3, 100.0)],
-        t0(),
     );
     assert_eq!(total(&ix, "web"), 0);
     assert_eq!(
@@ -34,32 +32,16 @@ fn force_unlocks_count_each_event_and_series_increase_once() {
         Some(100.0)
     );
     // A repeat of the old Event counts the increase only.
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("old", "web", 4, 200.0),
-        t0(),
-    );
+    ix.feed(Resource::Events, fu_event("old", "web", 4, 200.0));
     assert_eq!(total(&ix, "web"), 1);
     // Two new Events about two objects, one of them unknown to the index.
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("e1", "web", 1, 300.0),
-        t0(),
-    );
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("e2", "ghost", 1, 300.0),
-        t0(),
-    );
+    ix.feed(Resource::Events, fu_event("e1", "web", 1, 300.0));
+    ix.feed(Resource::Events, fu_event("e2", "ghost", 1, 300.0));
     assert_eq!(total(&ix, "web"), 2);
     assert_eq!(total(&ix, "ghost"), 1);
     // A relist re-sends everything: nothing is counted twice; a series that
     // grew while the watch was down counts its increase; a new Event counts.
-    relist(
-        &mut ix,
+    ix.relist(
         Resource::Events,
         None,
         vec![
@@ -67,7 +49,6 @@ fn force_unlocks_count_each_event_and_series_increase_once() {
             fu_event("e1", "web", 2, 400.0),
             fu_event("e3", "web", 1, 500.0),
         ],
-        t0(),
     );
     assert_eq!(total(&ix, "web"), 4);
     // e2, the only Event naming the unknown object "ghost", is gone: so is
@@ -78,12 +59,7 @@ fn force_unlocks_count_each_event_and_series_increase_once() {
         Some(500.0)
     );
     // An update that does not raise the count (or lowers it) adds nothing.
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("e1", "web", 2, 400.0),
-        t0(),
-    );
+    ix.feed(Resource::Events, fu_event("e1", "web", 2, 400.0));
     assert_eq!(total(&ix, "web"), 4);
 }
 
@@ -91,8 +67,7 @@ fn force_unlocks_count_each_event_and_series_increase_once() {
 fn overdue_is_reported_once_per_lock() {
     let mut ix = Index::new();
     let m = Kind::TerraformMachine;
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformMachines,
         object(
             m,
@@ -104,13 +79,10 @@ fn overdue_is_reported_once_per_lock() {
             }),
             None,
         ),
-        t0(),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         lease_change(m, "a", Some(info("alice@laptop"))),
-        t0(),
     );
     assert!(ix.newly_overdue(t0() + Duration::from_secs(59)).is_empty());
     let o = ix.newly_overdue(t0() + Duration::from_secs(61));
@@ -128,9 +100,8 @@ fn overdue_is_reported_once_per_lock() {
         "once, not per check"
     );
     // An own live lock never is.
-    feed(&mut ix, Resource::Pods, pod(WEB_POD, false), t0());
-    feed(
-        &mut ix,
+    ix.feed(Resource::Pods, pod(WEB_POD, false));
+    ix.feed(
         Resource::TerraformMachines,
         object(
             m,
@@ -142,13 +113,10 @@ fn overdue_is_reported_once_per_lock() {
             }),
             None,
         ),
-        t0(),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
-        t0(),
     );
     assert!(ix
         .newly_overdue(t0() + Duration::from_secs(1000))
@@ -164,48 +132,29 @@ fn counters_of_deleted_objects_go_when_no_event_names_them() {
         ix.for_each_force_unlock(|_, _, name, _| n += usize::from(name == "web"));
         n
     };
-    relist(&mut ix, Resource::Events, None, vec![], t0());
-    feed(
-        &mut ix,
+    ix.relist(Resource::Events, None, vec![]);
+    ix.feed(
         Resource::TerraformMachines,
         object(m, "web", None, None, None),
-        t0(),
     );
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("e1", "web", 1, 1.0),
-        t0(),
-    );
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("e2", "web", 1, 2.0),
-        t0(),
-    );
+    ix.feed(Resource::Events, fu_event("e1", "web", 1, 1.0));
+    ix.feed(Resource::Events, fu_event("e2", "web", 1, 2.0));
     assert_eq!(ix.force_unlocks_of(NS, "TerraformMachine", "web").total, 2);
     // The object goes; its Events still name it: the counter stays.
-    feed(&mut ix, Resource::TerraformMachines, gone("web"), t0());
+    ix.feed(Resource::TerraformMachines, gone("web"));
     assert_eq!(count(&ix), 1);
-    feed(&mut ix, Resource::Events, gone("e1"), t0());
+    ix.feed(Resource::Events, gone("e1"));
     assert_eq!(count(&ix), 1, "e2 still names it");
     // The last Event expires: nothing names the object any more.
-    feed(&mut ix, Resource::Events, gone("e2"), t0());
+    ix.feed(Resource::Events, gone("e2"));
     assert_eq!(count(&ix), 0);
     // A known object keeps its counter when its Events expire.
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformMachines,
         object(m, "db", None, None, None),
-        t0(),
     );
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("e3", "db", 1, 3.0),
-        t0(),
-    );
-    feed(&mut ix, Resource::Events, gone("e3"), t0());
+    ix.feed(Resource::Events, fu_event("e3", "db", 1, 3.0));
+    ix.feed(Resource::Events, gone("e3"));
     assert_eq!(ix.force_unlocks_of(NS, "TerraformMachine", "db").total, 1);
 }
 
@@ -214,75 +163,32 @@ fn one_event_update_moves_a_counter_by_a_bounded_amount() {
     let mut ix = Index::new();
     let total = |ix: &Index| ix.force_unlocks_of(NS, "TerraformMachine", "web").total;
     let huge = i64::MAX as u64;
-    relist(
-        &mut ix,
-        Resource::Events,
-        None,
-        vec![fu_event("old", "web", 1, 1.0)],
-        t0(),
-    );
+    ix.relist(Resource::Events, None, vec![fu_event("old", "web", 1, 1.0)]);
     // A known Event whose series.count jumps to 2^63-1.
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("old", "web", huge, 2.0),
-        t0(),
-    );
+    ix.feed(Resource::Events, fu_event("old", "web", huge, 2.0));
     assert_eq!(total(&ix), MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE);
     // Later increases count from the reported count, still bounded.
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("old", "web", huge, 3.0),
-        t0(),
-    );
+    ix.feed(Resource::Events, fu_event("old", "web", huge, 3.0));
     assert_eq!(total(&ix), MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE);
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("old", "web", huge + 1, 4.0),
-        t0(),
-    );
+    ix.feed(Resource::Events, fu_event("old", "web", huge + 1, 4.0));
     assert_eq!(total(&ix), MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("old", "web", u64::MAX, 5.0),
-        t0(),
-    );
+    ix.feed(Resource::Events, fu_event("old", "web", u64::MAX, 5.0));
     assert_eq!(total(&ix), 2 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
     // A new Event born with a huge series.count is bounded too.
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("new", "web", huge, 6.0),
-        t0(),
-    );
+    ix.feed(Resource::Events, fu_event("new", "web", huge, 6.0));
     assert_eq!(total(&ix), 3 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
     // A relist re-sends them: nothing more.
-    relist(
-        &mut ix,
+    ix.relist(
         Resource::Events,
         None,
         vec![
             fu_event("old", "web", u64::MAX, 5.0),
             fu_event("new", "web", huge, 6.0),
         ],
-        t0(),
     );
     assert_eq!(total(&ix), 3 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 1);
     // Small, real increases are counted exactly.
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("e1", "web", 1, 7.0),
-        t0(),
-    );
-    feed(
-        &mut ix,
-        Resource::Events,
-        fu_event("e1", "web", 3, 8.0),
-        t0(),
-    );
+    ix.feed(Resource::Events, fu_event("e1", "web", 1, 7.0));
+    ix.feed(Resource::Events, fu_event("e1", "web", 3, 8.0));
     assert_eq!(total(&ix), 3 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 4);
 }

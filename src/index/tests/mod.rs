@@ -100,6 +100,21 @@ fn feed(ix: &mut Index, resource: Resource, c: Change, now: SystemTime) -> Effec
     }
 }
 
+/// Changes at `t0()`, the time most tests need, in one call.
+trait AtT0 {
+    fn feed(&mut self, resource: Resource, c: Change) -> Effects;
+    fn relist(&mut self, resource: Resource, namespace: Option<&str>, cs: Vec<Change>) -> Effects;
+}
+
+impl AtT0 for Index {
+    fn feed(&mut self, resource: Resource, c: Change) -> Effects {
+        feed(self, resource, c, t0())
+    }
+    fn relist(&mut self, resource: Resource, namespace: Option<&str>, cs: Vec<Change>) -> Effects {
+        relist(self, resource, namespace, cs, t0())
+    }
+}
+
 /// The end of a (re)list of `resource` in `namespace` through `reset`.
 fn relist(
     ix: &mut Index,
@@ -265,20 +280,16 @@ const WEB_POD: &str = "captf-m-web-apply-a1-abc123-x7k2p";
 fn web_locked_by_own_pod(pod_finished: Option<bool>) -> (Index, Effects) {
     let mut ix = Index::new();
     let m = Kind::TerraformMachine;
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformMachines,
         object(m, "web", None, None, None),
-        t0(),
     );
     if let Some(f) = pod_finished {
-        feed(&mut ix, Resource::Pods, pod(WEB_POD, f), t0());
+        ix.feed(Resource::Pods, pod(WEB_POD, f));
     }
-    let fx = feed(
-        &mut ix,
+    let fx = ix.feed(
         Resource::Leases,
         lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
-        t0(),
     );
     (ix, fx)
 }

@@ -31,8 +31,7 @@ fn capi(name: &str, infra: &str) -> Change {
 fn timeouts_inherit_through_the_capi_cluster() {
     let mut ix = Index::new();
     let (c, m) = (Kind::TerraformCluster, Kind::TerraformMachine);
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformClusters,
         object(
             c,
@@ -41,10 +40,8 @@ fn timeouts_inherit_through_the_capi_cluster() {
             None,
             Some(tc_policies(Some(90), Some(30))),
         ),
-        t0(),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformClusters,
         object(
             c,
@@ -53,20 +50,17 @@ fn timeouts_inherit_through_the_capi_cluster() {
             tc_policies(Some(91), Some(31)).jobs,
             Some(tc_policies(Some(91), Some(31))),
         ),
-        t0(),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformMachines,
         object(m, "w", Some("prod"), None, None),
-        t0(),
     );
     // Two TerraformClusters carry the label and there is no Cluster: none.
     assert_eq!(
         effective_of(&ix, m, "w").map(|e| e.lock_timeout_seconds),
         Some(300)
     );
-    feed(&mut ix, Resource::Clusters, capi("prod", "tc-b"), t0());
+    ix.feed(Resource::Clusters, capi("prod", "tc-b"));
     let e = effective_of(&ix, m, "w").expect("known");
     assert_eq!(e.lock_timeout_seconds, 31, "from tc-b's spec.defaults.jobs");
     assert_eq!(
@@ -80,15 +74,13 @@ fn timeouts_inherit_through_the_capi_cluster() {
         "a cluster uses its own spec.jobs"
     );
     // Without the Cluster, exactly one labelled TerraformCluster is used.
-    feed(&mut ix, Resource::Clusters, gone("prod"), t0());
-    feed(
-        &mut ix,
+    ix.feed(Resource::Clusters, gone("prod"));
+    ix.feed(
         Resource::TerraformClusters,
         Change {
             key: (NS.into(), "tc-b".into()),
             entry: None,
         },
-        t0(),
     );
     assert_eq!(
         effective_of(&ix, m, "w").map(|e| e.lock_timeout_seconds),
@@ -120,32 +112,24 @@ fn machine_inherits_its_clusters_own_jobs_and_follows_their_changes() {
             }),
         )
     };
-    feed(&mut ix, Resource::Clusters, capi("prod", "tc"), t0());
+    ix.feed(Resource::Clusters, capi("prod", "tc"));
     // Issue 7's vector: spec.jobs {150, 1800}, no defaults.
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformClusters,
         tc(jobs(Some(150), Some(1800)), None),
-        t0(),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformMachines,
         object(m, "w", Some("prod"), None, None),
-        t0(),
     );
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformMachinePools,
         object(mp, "p", Some("prod"), None, None),
-        t0(),
     );
     // The machine's lock is held: the locked path resolves the same way.
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::Leases,
         lease_change(m, "w", Some(info("alice@laptop"))),
-        t0(),
     );
     let pair =
         |e: Option<Effective>| e.map(|e| (e.lock_timeout_seconds, e.active_deadline_seconds));
@@ -170,20 +154,13 @@ fn machine_inherits_its_clusters_own_jobs_and_follows_their_changes() {
         )
     );
     // The cluster's spec.jobs changes: its machines follow at once.
-    feed(
-        &mut ix,
-        Resource::TerraformClusters,
-        tc(jobs(Some(0), None), None),
-        t0(),
-    );
+    ix.feed(Resource::TerraformClusters, tc(jobs(Some(0), None), None));
     assert_eq!(pair(effective_of(&ix, m, "w")), Some((0, 3600)));
     assert_eq!(pair(effective_of(&ix, mp, "p")), Some((0, 3600)));
     // spec.defaults.jobs appears and wins field by field.
-    feed(
-        &mut ix,
+    ix.feed(
         Resource::TerraformClusters,
         tc(jobs(Some(0), Some(900)), Some(jobs(Some(45), None))),
-        t0(),
     );
     assert_eq!(pair(effective_of(&ix, m, "w")), Some((45, 900)));
     // The overdue check uses the inherited value too.
