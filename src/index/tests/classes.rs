@@ -2,13 +2,15 @@
 
 use super::*;
 
+/// The class of the lock of TerraformMachine "web", the object most tests use.
+fn web_class(ix: &Index) -> Option<HolderClass> {
+    class_of(ix, Kind::TerraformMachine, "web")
+}
+
 #[test]
 fn own_pod_running_is_own_live_without_a_read() {
     let (ix, fx) = web_locked_by_own_pod(Some(false));
-    assert_eq!(
-        class_of(&ix, Kind::TerraformMachine, "web"),
-        Some(HolderClass::OwnLive)
-    );
+    assert_eq!(web_class(&ix), Some(HolderClass::OwnLive));
     assert!(
         fx.confirm.is_empty(),
         "a live cached pod needs no live read"
@@ -22,15 +24,9 @@ fn stale_needs_a_live_read_before_it_is_reported() {
     let (mut ix, fx) = web_locked_by_own_pod(None);
     assert_eq!(fx.confirm, vec![ObjectKey::new(NS, WEB_POD)]);
     // Not confirmed yet: never guessed stale.
-    assert_eq!(
-        class_of(&ix, Kind::TerraformMachine, "web"),
-        Some(HolderClass::OwnUnverified)
-    );
+    assert_eq!(web_class(&ix), Some(HolderClass::OwnUnverified));
     let fx = ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Gone, t0());
-    assert_eq!(
-        class_of(&ix, Kind::TerraformMachine, "web"),
-        Some(HolderClass::OwnStale)
-    );
+    assert_eq!(web_class(&ix), Some(HolderClass::OwnStale));
     assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnUnverified));
 }
 
@@ -43,15 +39,9 @@ fn failed_pod_turns_stale_after_confirmation_and_keeps_live_meanwhile() {
         fx.class_changes.is_empty(),
         "pending read keeps the last verdict"
     );
-    assert_eq!(
-        class_of(&ix, Kind::TerraformMachine, "web"),
-        Some(HolderClass::OwnLive)
-    );
+    assert_eq!(web_class(&ix), Some(HolderClass::OwnLive));
     let fx = ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Finished, t0());
-    assert_eq!(
-        class_of(&ix, Kind::TerraformMachine, "web"),
-        Some(HolderClass::OwnStale)
-    );
+    assert_eq!(web_class(&ix), Some(HolderClass::OwnStale));
     assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnLive));
     assert_eq!(fx.class_changes[0].to, Some(HolderClass::OwnStale));
 }
@@ -63,16 +53,10 @@ fn deleted_pod_and_cache_lag() {
     // The live read still finds it (cache ahead of the server is impossible,
     // but a read racing a recreate is not): it stays live.
     ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Live, t0());
-    assert_eq!(
-        class_of(&ix, Kind::TerraformMachine, "web"),
-        Some(HolderClass::OwnLive)
-    );
+    assert_eq!(web_class(&ix), Some(HolderClass::OwnLive));
     assert_eq!(ix.pods_to_recheck(), vec![ObjectKey::new(NS, WEB_POD)]);
     ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Gone, t0());
-    assert_eq!(
-        class_of(&ix, Kind::TerraformMachine, "web"),
-        Some(HolderClass::OwnStale)
-    );
+    assert_eq!(web_class(&ix), Some(HolderClass::OwnStale));
     assert!(
         ix.pods_to_recheck().is_empty(),
         "a confirmed gone pod is final"
@@ -88,10 +72,7 @@ fn deleted_pod_and_cache_lag() {
 fn unreadable_pod_is_own_unverified_and_rechecked() {
     let (mut ix, _) = web_locked_by_own_pod(None);
     ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Failed, t0());
-    assert_eq!(
-        class_of(&ix, Kind::TerraformMachine, "web"),
-        Some(HolderClass::OwnUnverified)
-    );
+    assert_eq!(web_class(&ix), Some(HolderClass::OwnUnverified));
     assert_eq!(ix.pods_to_recheck().len(), 1);
 }
 
@@ -205,21 +186,9 @@ fn lock_of_unknown_object_is_reported_from_labels_and_can_be_own() {
     assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
     // A label that does not reproduce the suffix is not trusted as the name.
     let suffix = state_suffix(NS, m, "real-name");
-    let l = LockLease::new(
-        NS.into(),
-        suffix.clone(),
-        Some("TerraformMachine"),
-        Some("web".into()),
-        "id".into(),
-        Ok(Some(info(&format!("@{WEB_POD}")))),
-    );
-    ix.feed(
-        Resource::Leases,
-        Change {
-            key: (NS.into(), lock_lease_name(&suffix)),
-            entry: Some(Entry::Lease(l)),
-        },
-    );
+    let who = format!("@{WEB_POD}");
+    let l = raw_lease(&suffix, Some("TerraformMachine"), Some("web"), &who);
+    ix.feed(Resource::Leases, l);
     let mut classes = Vec::new();
     ix.for_each_lock(|v| classes.push((v.name.to_string(), v.state.class)));
     // Nor as the display name: that would render a second "web".
@@ -240,21 +209,8 @@ fn object_arriving_after_its_lock_reclassifies() {
     let m = Kind::TerraformMachine;
     ix.feed(Resource::Pods, pod(WEB_POD, false));
     let suffix = state_suffix(NS, m, "web");
-    let l = LockLease::new(
-        NS.into(),
-        suffix.clone(),
-        None,
-        None,
-        "id".into(),
-        Ok(Some(info(&format!("@{WEB_POD}")))),
-    );
-    ix.feed(
-        Resource::Leases,
-        Change {
-            key: (NS.into(), lock_lease_name(&suffix)),
-            entry: Some(Entry::Lease(l)),
-        },
-    );
+    let who = format!("@{WEB_POD}");
+    ix.feed(Resource::Leases, raw_lease(&suffix, None, None, &who));
     assert_eq!(ix.held_per_class()[2], (HolderClass::Foreign, 1));
     ix.feed(
         Resource::TerraformMachines,

@@ -16,21 +16,6 @@ fn series_counts(text: &str) -> HashMap<String, usize> {
     out
 }
 
-fn raw_lease(suffix: &str, kind: Option<&str>, name: Option<&str>, who: &str) -> Change {
-    let l = LockLease::new(
-        NS.into(),
-        suffix.into(),
-        kind,
-        name.map(Into::into),
-        "id-x".into(),
-        Ok(Some(info(who))),
-    );
-    Change {
-        key: (NS.into(), lock_lease_name(suffix)),
-        entry: Some(Entry::Lease(l)),
-    }
-}
-
 #[test]
 fn a_lease_cannot_impersonate_another_object_in_the_exposition() {
     use crate::metrics::{render, Format};

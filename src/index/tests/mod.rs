@@ -11,8 +11,12 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use super::*;
+use crate::core::classify::HolderClass;
+use crate::core::kind::Kind;
 use crate::core::lockinfo::LockInfo;
 use crate::core::suffix::lock_lease_name;
+use crate::core::suffix::state_suffix;
+use crate::core::timeouts::Effective;
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
 
 const NS: &str = "ns1";
@@ -292,4 +296,20 @@ fn web_locked_by_own_pod(pod_finished: Option<bool>) -> (Index, Effects) {
         lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),
     );
     (ix, fx)
+}
+
+/// A held lock Lease of any suffix and owner labels, held by `who`.
+fn raw_lease(suffix: &str, kind: Option<&str>, name: Option<&str>, who: &str) -> Change {
+    let l = LockLease::new(
+        NS.into(),
+        suffix.into(),
+        kind,
+        name.map(Into::into),
+        "id-x".into(),
+        Ok(Some(info(who))),
+    );
+    Change {
+        key: (NS.into(), lock_lease_name(suffix)),
+        entry: Some(Entry::Lease(l)),
+    }
 }

@@ -1,0 +1,176 @@
+//! Holder classes: the joins between a lock, its object and its holder pod,
+//! decided by `core::classify` and kept up to date on every change.
+
+use std::time::SystemTime;
+
+use super::{ClassChange, Effects, Index, Lock, LockKey, LockLease, ObjectKey, PodRead};
+use crate::core::classify::{classify, holder_of, Holder, HolderClass, PodEvidence};
+use crate::core::kind::Kind;
+use crate::core::suffix::state_suffix;
+
+/// Classification: the joins between locks, objects and pods.
+impl Index {
+    pub(super) fn reclassify_lock(&mut self, key: &LockKey, now: SystemTime, fx: &mut Effects) {
+        if let Some(old) = self.locks.get(key).map(|l| l.state.class) {
+            self.reclassify_from(key, old, old, now, fx);
+        }
+    }
+
+    pub(super) fn reclassify_holder(&mut self, pod: &ObjectKey, now: SystemTime, fx: &mut Effects) {
+        for key in self.locks.held_by(pod) {
+            self.reclassify_lock(&key, now, fx);
+        }
+    }
+
+    /// The object a lock belongs to: the watched object, else kind and name
+    /// from the Lease's owner labels when they are provably the real name.
+    fn owner_of(&self, key: &LockKey) -> Option<(Kind, String)> {
+        if let Some(obj) = self.policy.object(key) {
+            return Some((obj.kind, obj.name.clone()));
+        }
+        verified_label_owner(key, &self.locks.get(key)?.lease)
+    }
+
+    /// Reclassifies a lock. `old_class` is what the log reports as "from";
+    /// `keep` is the verdict to hold while a live read of the holder pod is
+    /// pending (None for a new lock, which then starts as own_unverified).
+    pub(super) fn reclassify_from(
+        &mut self,
+        key: &LockKey,
+        old_class: Option<HolderClass>,
+        keep: Option<HolderClass>,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        let owner = self.owner_of(key);
+        let Some(lock) = self.locks.get(key) else {
+            return;
+        };
+        let new_class = if lock.lease.is_held() {
+            let holder = holder_of(
+                lock.lease.info.as_ref(),
+                owner.as_ref().map(|(k, n)| (*k, n.as_str())),
+            );
+            Some(match &holder {
+                Holder::OwnPod(pod) => {
+                    let pod_key = ObjectKey::new(&key.namespace, pod);
+                    match self.pods.evidence(&pod_key) {
+                        Some(ev) => classify(&holder, ev),
+                        None => {
+                            fx.confirm.push(pod_key);
+                            // Unconfirmed: keep the last verdict of this
+                            // same lock rather than flap through
+                            // own_unverified for a few ms.
+                            keep.unwrap_or(HolderClass::OwnUnverified)
+                        }
+                    }
+                }
+                other => classify(other, PodEvidence::Unreadable),
+            })
+        } else {
+            None
+        };
+        if let Some(lock) = self.locks.get_mut(key) {
+            lock.state.class = new_class;
+        }
+        if new_class != old_class {
+            if let Some(lock) = self.locks.get(key) {
+                let rec = self.change_record(key, lock, old_class, new_class, now);
+                fx.class_changes.push(rec);
+            }
+        }
+    }
+
+    pub(super) fn change_record(
+        &self,
+        key: &LockKey,
+        lock: &Lock,
+        from: Option<HolderClass>,
+        to: Option<HolderClass>,
+        now: SystemTime,
+    ) -> ClassChange {
+        let (kind, name) = self.display_owner(key, &lock.lease);
+        ClassChange {
+            namespace: key.namespace.clone(),
+            kind,
+            name,
+            from,
+            to,
+            holder: lock.lease.holder_label().to_string(),
+            age_seconds: lock.age(now).map(|(age, _)| age),
+        }
+    }
+
+    /// Kind and name for metric labels, unique per lock so that no Lease
+    /// can render series under another object's labels:
+    /// - the watched object's kind and name;
+    /// - else the `owner-kind`/`owner-name` labels, only when they reproduce
+    ///   the Lease's suffix (see [`Self::owner_of`]);
+    /// - else the kind from the labels or the suffix, and the suffix as the
+    ///   name. Suffixes are unique per namespace, but an object may be
+    ///   *named* like one (`x-m`): when that (kind, name) belongs to another
+    ///   lock or object, the kind is left empty, which no object has.
+    pub(super) fn display_owner(&self, key: &LockKey, lease: &LockLease) -> (&'static str, String) {
+        // `lease` may already be out of the map (a deletion being logged).
+        if let Some(obj) = self.policy.object(key) {
+            return (obj.kind.as_str(), obj.name.clone());
+        }
+        if let Some((kind, name)) = verified_label_owner(key, lease) {
+            return (kind.as_str(), name);
+        }
+        let Some(kind) = lease.owner_kind() else {
+            return ("", key.suffix.clone());
+        };
+        // Whose lock would (namespace, kind, suffix) name? Never this one:
+        // a name whose suffix equals itself would need a sha256 preimage.
+        let claimed = LockKey::new(
+            &key.namespace,
+            state_suffix(&key.namespace, kind, &key.suffix),
+        );
+        let taken = self.owner_of(&claimed).is_some();
+        (if taken { "" } else { kind.as_str() }, key.suffix.clone())
+    }
+}
+
+/// Kind and name from a Lease's owner labels, only when they reproduce its
+/// suffix. A long name is hashed in the label, and a copied label names
+/// another object: neither is this lock's object.
+fn verified_label_owner(key: &LockKey, lease: &LockLease) -> Option<(Kind, String)> {
+    let kind = lease.owner_kind()?;
+    let name = lease.label_name.as_deref()?;
+    (state_suffix(&key.namespace, kind, name) == key.suffix).then(|| (kind, name.to_string()))
+}
+
+/// The verifier's questions.
+impl Index {
+    /// Records a live read of a holder pod and reclassifies its locks.
+    pub fn record_pod_read(&mut self, pod: ObjectKey, read: PodRead, now: SystemTime) -> Effects {
+        let mut fx = Effects::default();
+        self.pods.record_read(pod.clone(), read);
+        self.reclassify_holder(&pod, now, &mut fx);
+        fx
+    }
+
+    /// Whether a queued live read of `pod` is still useful: some lock names
+    /// it, the cache does not show it live, and no read has settled it as
+    /// gone or finished (queued duplicates are dropped this way).
+    pub fn needs_read(&self, pod: &ObjectKey) -> bool {
+        self.locks.is_holder(pod) && self.pods.needs_read(pod)
+    }
+
+    /// Holder pods that need a (new) live read. Used by the periodic
+    /// re-check.
+    pub fn pods_to_recheck(&self) -> Vec<ObjectKey> {
+        self.locks
+            .holders()
+            .filter(|pod| self.pods.needs_recheck(pod))
+            .cloned()
+            .collect()
+    }
+
+    /// Drops live-read results of pods no lock names any more.
+    pub fn gc_pod_reads(&mut self) {
+        let locks = &self.locks;
+        self.pods.gc_reads(|pod| locks.is_holder(pod));
+    }
+}

@@ -1,0 +1,243 @@
+//! The index's typed inputs: one [`IndexResource`] implementation per
+//! watched type, each updating its sub-index and reclassifying the locks
+//! the change touches.
+
+use std::collections::HashSet;
+use std::time::SystemTime;
+
+use super::{
+    locks, policy, CapiCluster, Effects, ForceUnlockEvent, Index, IndexResource, Lock, LockKey,
+    LockLease, LockState, ObjectKey, ObjectRef, PodState, TfObject,
+};
+use crate::core::kind::Kind;
+use crate::core::suffix::{state_suffix, suffix_of_lock_lease};
+
+impl IndexResource<LockLease> for Index {
+    type Key = ObjectKey;
+    type Scope = Option<String>;
+
+    fn apply(&mut self, key: ObjectKey, lease: LockLease, now: SystemTime) -> Effects {
+        let mut fx = Effects::default();
+        let Some(lock) = lock_key_of(&key) else {
+            return fx;
+        };
+        let old = self.locks.remove(&lock);
+        let old_class = old.as_ref().and_then(|l| l.state.class);
+        // Keep the observed start of a lock across updates and relists of
+        // the same lock, so an "observed" age does not restart.
+        let same_lock = matches!(&old, Some(o) if o.lease.is_held() && lease.is_held() && o.lease.lock_id() == lease.lock_id());
+        let state = LockState {
+            class: None,
+            first_seen_held: match &old {
+                Some(o) if same_lock => o.state.first_seen_held,
+                _ if lease.is_held() => Some(now),
+                _ => None,
+            },
+            overdue_logged: same_lock && old.as_ref().is_some_and(|o| o.state.overdue_logged),
+        };
+        self.locks.insert(lock.clone(), Lock { lease, state });
+        // A new lock (another ID, or held after a release) is judged on its
+        // own evidence: the previous lock's verdict says nothing about it.
+        let keep = if same_lock { old_class } else { None };
+        self.reclassify_from(&lock, old_class, keep, now, &mut fx);
+        fx
+    }
+
+    fn delete(&mut self, key: ObjectKey, now: SystemTime) -> Effects {
+        let mut fx = Effects::default();
+        let Some(lock) = lock_key_of(&key) else {
+            return fx;
+        };
+        if let Some(old) = self.locks.remove(&lock) {
+            if old.lease.is_held() {
+                let rec = self.change_record(&lock, &old, old.state.class, None, now);
+                fx.class_changes.push(rec);
+            }
+            let (kind, name) = self.display_owner(&lock, &old.lease);
+            self.gc_counter(&ObjectRef::new(&lock.namespace, kind, name));
+        }
+        fx
+    }
+
+    fn reset(
+        &mut self,
+        scope: &Option<String>,
+        items: Vec<(ObjectKey, LockLease)>,
+        now: SystemTime,
+    ) -> Effects {
+        let stale = self.locks.lease_keys(scope.as_deref());
+        self.replace_all(stale, items, now)
+    }
+}
+
+impl IndexResource<PodState> for Index {
+    type Key = ObjectKey;
+    type Scope = Option<String>;
+
+    fn apply(&mut self, key: ObjectKey, pod: PodState, now: SystemTime) -> Effects {
+        let mut fx = Effects::default();
+        if self.pods.apply(key.clone(), pod) {
+            // Reclassifying queues a live read where an own lock needs one.
+            self.reclassify_holder(&key, now, &mut fx);
+        }
+        fx
+    }
+
+    fn delete(&mut self, key: ObjectKey, now: SystemTime) -> Effects {
+        let mut fx = Effects::default();
+        if self.pods.delete(&key) {
+            self.reclassify_holder(&key, now, &mut fx);
+        }
+        fx
+    }
+
+    fn reset(
+        &mut self,
+        scope: &Option<String>,
+        items: Vec<(ObjectKey, PodState)>,
+        now: SystemTime,
+    ) -> Effects {
+        let stale = self.pods.keys_in(scope.as_deref());
+        self.replace_all(stale, items, now)
+    }
+}
+
+impl IndexResource<TfObject> for Index {
+    type Key = (Kind, ObjectKey);
+    type Scope = (Kind, Option<String>);
+
+    fn apply(&mut self, (kind, key): (Kind, ObjectKey), obj: TfObject, now: SystemTime) -> Effects {
+        let mut fx = Effects::default();
+        if obj.kind != kind {
+            return IndexResource::<TfObject>::delete(self, (kind, key), now);
+        }
+        let lock = self.policy.apply_object(key, obj);
+        // Own-pod recognition needs the object's full name: reclassify its lock.
+        self.reclassify_lock(&lock, now, &mut fx);
+        fx
+    }
+
+    fn delete(&mut self, (kind, key): (Kind, ObjectKey), now: SystemTime) -> Effects {
+        let mut fx = Effects::default();
+        let lock = self.policy.remove_object(kind, &key);
+        self.gc_counter(&ObjectRef::new(&key.namespace, kind.as_str(), &key.name));
+        self.reclassify_lock(&lock, now, &mut fx);
+        fx
+    }
+
+    fn reset(
+        &mut self,
+        (kind, scope): &(Kind, Option<String>),
+        items: Vec<((Kind, ObjectKey), TfObject)>,
+        now: SystemTime,
+    ) -> Effects {
+        let stale = self
+            .policy
+            .object_keys(*kind, scope.as_deref())
+            .into_iter()
+            .map(|k| (*kind, k))
+            .collect();
+        self.replace_all(stale, items, now)
+    }
+}
+
+impl IndexResource<CapiCluster> for Index {
+    type Key = ObjectKey;
+    type Scope = Option<String>;
+
+    fn apply(&mut self, key: ObjectKey, cluster: CapiCluster, _now: SystemTime) -> Effects {
+        self.policy.apply_capi(key, cluster);
+        Effects::default()
+    }
+
+    fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
+        self.policy.remove_capi(&key);
+        Effects::default()
+    }
+
+    fn reset(
+        &mut self,
+        scope: &Option<String>,
+        items: Vec<(ObjectKey, CapiCluster)>,
+        now: SystemTime,
+    ) -> Effects {
+        let stale = self.policy.capi_keys(scope.as_deref());
+        self.replace_all(stale, items, now)
+    }
+}
+
+impl IndexResource<ForceUnlockEvent> for Index {
+    type Key = ObjectKey;
+    type Scope = Option<String>;
+
+    fn apply(&mut self, key: ObjectKey, ev: ForceUnlockEvent, _now: SystemTime) -> Effects {
+        let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
+        self.force_unlocks.apply(key, ev, &known);
+        Effects::default()
+    }
+
+    fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
+        let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
+        self.force_unlocks.delete(&key, &known);
+        Effects::default()
+    }
+
+    fn reset(
+        &mut self,
+        scope: &Option<String>,
+        items: Vec<(ObjectKey, ForceUnlockEvent)>,
+        _now: SystemTime,
+    ) -> Effects {
+        let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
+        self.force_unlocks.reset(scope.as_deref(), items, &known);
+        Effects::default()
+    }
+}
+
+/// The lock key of a lock Lease's name; None for a name that is not one.
+fn lock_key_of(key: &ObjectKey) -> Option<LockKey> {
+    let suffix = suffix_of_lock_lease(&key.name)?;
+    Some(LockKey::new(&key.namespace, suffix))
+}
+
+/// A watched object, or a lock Lease, of that kind and name.
+fn object_known(locks: &locks::LockIndex, policy: &policy::PolicyIndex, obj: &ObjectRef) -> bool {
+    let Some(kind) = Kind::from_kind(&obj.kind) else {
+        return false;
+    };
+    let key = LockKey::new(
+        &obj.namespace,
+        state_suffix(&obj.namespace, kind, &obj.name),
+    );
+    policy.object(&key).is_some() || locks.contains(&key)
+}
+
+impl Index {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Deletes `stale` keys that `items` does not list again, then applies
+    /// `items`: the shared body of every non-Event reset.
+    fn replace_all<T, K>(&mut self, stale: Vec<K>, items: Vec<(K, T)>, now: SystemTime) -> Effects
+    where
+        Self: IndexResource<T, Key = K>,
+        K: Eq + std::hash::Hash + Clone,
+    {
+        let listed: HashSet<K> = items.iter().map(|(k, _)| k.clone()).collect();
+        let mut fx = Effects::default();
+        for key in stale.into_iter().filter(|k| !listed.contains(k)) {
+            fx.extend(self.delete(key, now));
+        }
+        for (key, item) in items {
+            fx.extend(self.apply(key, item, now));
+        }
+        fx
+    }
+
+    fn gc_counter(&mut self, obj: &ObjectRef) {
+        let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
+        self.force_unlocks.gc(obj, &known);
+    }
+}

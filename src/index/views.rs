@@ -1,0 +1,166 @@
+//! What `/metrics`, the status page and the overdue check read.
+
+use std::time::SystemTime;
+
+use super::{AgeSource, ForceUnlocks, Index, LockKey, LockLease, LockState, ObjectRef, TfObject};
+use crate::core::classify::{is_overdue, HolderClass};
+use crate::core::kind::Kind;
+use crate::core::timeouts::{effective, Effective, Resolved};
+
+/// What `/metrics`, the status page and the overdue check read.
+impl Index {
+    /// Effective timeouts of an object, resolved through its TerraformCluster.
+    pub fn effective_for(&self, namespace: &str, obj: &TfObject) -> Effective {
+        self.resolve_for(namespace, obj).effective
+    }
+
+    /// Effective timeouts of an object and where each came from.
+    pub fn resolve_for(&self, namespace: &str, obj: &TfObject) -> Resolved {
+        self.policy.resolve_for(namespace, obj)
+    }
+
+    /// The force-unlock counter of an object (zero when none was seen).
+    pub fn force_unlocks_of(&self, namespace: &str, kind: &str, name: &str) -> ForceUnlocks {
+        self.force_unlocks
+            .of(&ObjectRef::new(namespace, kind, name))
+    }
+
+    /// Calls `f` for every force-unlock counter, known object or not.
+    pub fn for_each_force_unlock(&self, mut f: impl FnMut(&str, &str, &str, ForceUnlocks)) {
+        for (obj, c) in self.force_unlocks.counters() {
+            f(&obj.namespace, &obj.kind, &obj.name, *c);
+        }
+    }
+
+    /// Calls `f` for every lock Lease with its display kind and name.
+    pub fn for_each_lock(&self, mut f: impl FnMut(LockView<'_>)) {
+        for (key, lock) in self.locks.iter() {
+            let (kind, name) = self.display_owner(key, &lock.lease);
+            let effective = match self.policy.object(key) {
+                Some(obj) => self.effective_for(&key.namespace, obj),
+                None => effective(
+                    lock.lease.owner_kind().unwrap_or(Kind::TerraformMachine),
+                    None,
+                    None,
+                ),
+            };
+            f(LockView {
+                namespace: &key.namespace,
+                kind,
+                name: &name,
+                lease: &lock.lease,
+                state: &lock.state,
+                effective,
+            });
+        }
+    }
+
+    /// Calls `f` for every known object that has no lock Lease yet.
+    pub fn for_each_unlocked_object(&self, mut f: impl FnMut(&str, &TfObject, Effective)) {
+        for (key, obj) in self.policy.objects() {
+            if !self.locks.contains(key) {
+                f(&key.namespace, obj, self.effective_for(&key.namespace, obj));
+            }
+        }
+    }
+
+    /// Foreign or unknown locks that became older than their effective
+    /// lockTimeoutSeconds since the last call; each lock ID is returned once.
+    pub fn newly_overdue(&mut self, now: SystemTime) -> Vec<Overdue> {
+        let mut found = Vec::new();
+        self.for_each_lock(|v| {
+            let (Some(class), Some((age, _))) = (v.state.class, v.age(now)) else {
+                return;
+            };
+            if !v.state.overdue_logged && is_overdue(class, age, v.effective.lock_timeout_seconds) {
+                found.push((
+                    LockKey::new(v.namespace, &v.lease.suffix),
+                    Overdue {
+                        namespace: v.namespace.to_string(),
+                        kind: v.kind,
+                        name: v.name.to_string(),
+                        class,
+                        holder: v.lease.holder_label().to_string(),
+                        operation: v
+                            .lease
+                            .info
+                            .as_ref()
+                            .map(|i| i.operation.clone())
+                            .unwrap_or_default(),
+                        age_seconds: age,
+                        timeout_seconds: v.effective.lock_timeout_seconds,
+                    },
+                ));
+            }
+        });
+        for (key, _) in &found {
+            if let Some(l) = self.locks.get_mut(key) {
+                l.state.overdue_logged = true;
+            }
+        }
+        found.into_iter().map(|(_, o)| o).collect()
+    }
+
+    /// Number of held locks per class.
+    pub fn held_per_class(&self) -> [(HolderClass, u64); 5] {
+        let mut out = HolderClass::ALL.map(|c| (c, 0u64));
+        for (_, lock) in self.locks.iter() {
+            if let Some(class) = lock.state.class {
+                if let Some(slot) = out.iter_mut().find(|(c, _)| *c == class) {
+                    slot.1 += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// Number of lock Leases, objects and cached pods (for the status page).
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        (self.locks.len(), self.policy.len(), self.pods.len())
+    }
+}
+
+/// A lock that just became overdue, for the warning log line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Overdue {
+    /// Namespace.
+    pub namespace: String,
+    /// Kind of its object.
+    pub kind: &'static str,
+    /// Name of its object.
+    pub name: String,
+    /// foreign or unknown.
+    pub class: HolderClass,
+    /// Who, capped.
+    pub holder: String,
+    /// lock-info Operation.
+    pub operation: String,
+    /// Age in seconds.
+    pub age_seconds: f64,
+    /// Effective lockTimeoutSeconds.
+    pub timeout_seconds: i64,
+}
+
+/// A lock Lease as `/metrics` renders it.
+#[derive(Debug)]
+pub struct LockView<'a> {
+    /// Namespace.
+    pub namespace: &'a str,
+    /// Full kind for the `kind` label ("" when not known at all).
+    pub kind: &'static str,
+    /// Object name for the `name` label.
+    pub name: &'a str,
+    /// The trimmed Lease.
+    pub lease: &'a LockLease,
+    /// What the index derived about it.
+    pub state: &'a LockState,
+    /// Effective timeouts of its object.
+    pub effective: Effective,
+}
+
+impl LockView<'_> {
+    /// Age at `now` and its source; None when not held.
+    pub fn age(&self, now: SystemTime) -> Option<(f64, AgeSource)> {
+        self.lease.age(now, self.state.first_seen_held)
+    }
+}
