@@ -48,6 +48,11 @@ pub struct Cli {
     /// How often unresolved holder pods are read again (e.g. 10s, 1m).
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_POD_RECHECK_INTERVAL", default_value = "10s", value_parser = positive_duration, global = true)]
     pub pod_recheck_interval: Duration,
+
+    /// Most live holder-pod reads per second (they confirm stale verdicts;
+    /// only own runner pods are ever read).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_POD_READ_RATE", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000), global = true)]
+    pub pod_read_rate: u32,
 }
 
 /// Subcommands.

@@ -107,7 +107,13 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     );
     tasks.spawn(
         "pod verifier",
-        verify::run(shared.clone(), client, confirm_rx, cli.pod_recheck_interval),
+        verify::run(
+            shared.clone(),
+            client,
+            confirm_rx,
+            cli.pod_recheck_interval,
+            cli.pod_read_rate,
+        ),
     );
     tasks.spawn("http server", server::serve(listener, shared.clone()));
     tracing::info!(address = %cli.listen_address, version = shared.version, "serving /metrics, /healthz, /readyz");

@@ -50,14 +50,21 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most live reads in flight at once.
 const MAX_IN_FLIGHT: usize = 8;
 
-/// Runs the verifier: reads each queued pod through `client` once at a
-/// time, and re-queues unresolved ones every `recheck`.
+/// Runs the verifier: reads each queued pod through `client`, at most
+/// `reads_per_second` a second and one read per pod at a time, and
+/// re-queues unresolved ones every `recheck`.
 pub async fn run(
     shared: Arc<Shared>,
     client: Client,
     mut queue: mpsc::UnboundedReceiver<ObjectKey>,
     recheck: Duration,
+    reads_per_second: u32,
 ) {
+    // One read per period: after a quiet spell the pace does not burst,
+    // so a thousand locks turning stale at once reach the API server as a
+    // steady trickle.
+    let mut pace = tokio::time::interval(Duration::from_secs(1) / reads_per_second.max(1));
+    pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let in_flight = Arc::new(std::sync::Mutex::new(HashSet::<ObjectKey>::new()));
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut tick = tokio::time::interval(recheck);
@@ -84,6 +91,7 @@ pub async fn run(
         if !fresh {
             continue;
         }
+        pace.tick().await;
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };

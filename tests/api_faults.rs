@@ -137,6 +137,7 @@ fn start_world(world: &World) -> (Arc<Shared>, FakeApi) {
         client,
         rx,
         Duration::from_secs(3600),
+        100,
     ));
     (shared, api)
 }

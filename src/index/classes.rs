@@ -46,6 +46,7 @@ impl Index {
         let Some(lock) = self.locks.get(key) else {
             return;
         };
+        let mut link = None;
         let new_class = if lock.lease.is_held() {
             let holder = holder_of(
                 lock.lease.info.as_ref(),
@@ -54,6 +55,7 @@ impl Index {
             Some(match &holder {
                 Holder::OwnPod(pod) => {
                     let pod_key = ObjectKey::new(&key.namespace, pod);
+                    link = Some(pod_key.clone());
                     match self.pods.evidence(&pod_key) {
                         Some(ev) => classify(&holder, ev),
                         None => {
@@ -70,6 +72,10 @@ impl Index {
         } else {
             None
         };
+        match link {
+            Some(pod) => self.locks.link(key, pod),
+            None => self.locks.unlink(key),
+        }
         if let Some(lock) = self.locks.get_mut(key) {
             lock.state.class = new_class;
         }

@@ -2,10 +2,9 @@
 
 use std::time::SystemTime;
 
-use super::keys::ObjectKey;
 use crate::core::classify::lock_id;
 use crate::core::kind::Kind;
-use crate::core::lockinfo::{holder_host, LockInfo, LockInfoError};
+use crate::core::lockinfo::{LockInfo, LockInfoError};
 use crate::core::suffix::{kind_of_suffix, lock_lease_name};
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
 
@@ -108,13 +107,6 @@ impl LockLease {
         self.info
             .as_ref()
             .map_or("", |i| cap(&i.who, MAX_LABEL_BYTES))
-    }
-
-    /// The holder's host as a pod of the Lease's namespace, when Who
-    /// names one.
-    pub fn holder_pod_key(&self) -> Option<ObjectKey> {
-        let host = holder_host(&self.info.as_ref()?.who)?;
-        Some(ObjectKey::new(&self.namespace, host))
     }
 
     /// lock-info `Created` as Unix seconds, when usable.

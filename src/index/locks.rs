@@ -39,18 +39,19 @@ impl Lock {
 #[derive(Debug, Default)]
 pub struct LockIndex {
     locks: HashMap<LockKey, Lock>,
-    /// Locks per holder pod, for pod-driven reclassification.
+    /// Locks per holder pod, for pod-driven reclassification and live
+    /// reads. Only holders that pass CAPTF's own-pod recognition are linked:
+    /// a workstation host can never be an own runner pod, so it is never
+    /// read.
     by_holder: HashMap<ObjectKey, HashSet<LockKey>>,
+    /// The holder pod each linked lock is linked to.
+    holder_of: HashMap<LockKey, ObjectKey>,
 }
 
 impl LockIndex {
-    /// Stores a lock and links it to its holder pod; returns the lock it
-    /// replaced.
+    /// Stores a lock, unlinked; returns the lock it replaced.
     pub fn insert(&mut self, key: LockKey, lock: Lock) -> Option<Lock> {
         let old = self.remove(&key);
-        if let Some(pod) = lock.lease.holder_pod_key() {
-            self.by_holder.entry(pod).or_default().insert(key.clone());
-        }
         self.locks.insert(key, lock);
         old
     }
@@ -58,15 +59,34 @@ impl LockIndex {
     /// Removes a lock and its holder link.
     pub fn remove(&mut self, key: &LockKey) -> Option<Lock> {
         let old = self.locks.remove(key)?;
-        if let Some(pod) = old.lease.holder_pod_key() {
-            if let Some(set) = self.by_holder.get_mut(&pod) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.by_holder.remove(&pod);
-                }
+        self.unlink(key);
+        Some(old)
+    }
+
+    /// Links a lock to its own runner pod (replacing any earlier link).
+    pub fn link(&mut self, key: &LockKey, pod: ObjectKey) {
+        if self.holder_of.get(key) == Some(&pod) {
+            return;
+        }
+        self.unlink(key);
+        self.by_holder
+            .entry(pod.clone())
+            .or_default()
+            .insert(key.clone());
+        self.holder_of.insert(key.clone(), pod);
+    }
+
+    /// Drops a lock's holder link, if any.
+    pub fn unlink(&mut self, key: &LockKey) {
+        let Some(pod) = self.holder_of.remove(key) else {
+            return;
+        };
+        if let Some(set) = self.by_holder.get_mut(&pod) {
+            set.remove(key);
+            if set.is_empty() {
+                self.by_holder.remove(&pod);
             }
         }
-        Some(old)
     }
 
     /// A lock.

@@ -215,6 +215,7 @@ pub fn start(api: &FakeApi) -> Arc<Shared> {
         client,
         rx,
         Duration::from_secs(3600),
+        100,
     ));
     shared
 }

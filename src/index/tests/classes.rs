@@ -293,3 +293,39 @@ fn a_new_lock_never_inherits_the_previous_locks_class() {
     assert!(fx.class_changes.is_empty());
     assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
 }
+
+#[test]
+fn only_own_runner_pods_are_ever_read_live() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    for n in ["web", "db"] {
+        ix.feed(Resource::TerraformMachines, object(m, n, None, None, None));
+    }
+    // A workstation, and another object's runner pod: neither is an own
+    // pod of "web", so neither is queued, linked or re-checked.
+    ix.feed(
+        Resource::Leases,
+        lease_change(m, "web", Some(info("alice@laptop-92"))),
+    );
+    let other = "captf-m-db-apply-a1-abc123-x7k2p";
+    let fx = ix.feed(
+        Resource::Leases,
+        lease_change(m, "db", Some(info(&format!("@{other}")))),
+    );
+    assert_eq!(
+        fx.confirm,
+        vec![ObjectKey::new(NS, other)],
+        "db's own pod is"
+    );
+    let fx = ix.feed(
+        Resource::Leases,
+        lease_change(m, "web", Some(info(&format!("@{other}")))),
+    );
+    assert!(fx.confirm.is_empty(), "{fx:?}");
+    assert!(!ix.needs_read(&ObjectKey::new(NS, "laptop-92")));
+    assert_eq!(ix.pods_to_recheck(), vec![ObjectKey::new(NS, other)]);
+    // When db's lock goes, nothing names that pod as an own holder.
+    ix.feed(Resource::Leases, lease_change(m, "db", None));
+    assert!(ix.pods_to_recheck().is_empty());
+    assert!(!ix.needs_read(&ObjectKey::new(NS, other)));
+}
