@@ -79,11 +79,44 @@ impl Index {
         if let Some(lock) = self.locks.get_mut(key) {
             lock.state.class = new_class;
         }
+        self.schedule_overdue(key);
         if new_class != old_class {
             if let Some(lock) = self.locks.get(key) {
                 let rec = self.change_record(key, lock, old_class, new_class, now);
                 fx.class_changes.push(rec);
             }
+        }
+    }
+
+    /// Queues a held foreign or unknown lock whose overdue warning is not
+    /// logged yet at its deadline (`Created` or first seen, plus the
+    /// effective lockTimeoutSeconds); forgets any other.
+    pub(super) fn schedule_overdue(&mut self, key: &LockKey) {
+        let deadline = self.locks.get(key).and_then(|lock| {
+            let waiting = lock.lease.is_held()
+                && !lock.state.overdue_logged
+                && matches!(
+                    lock.state.class,
+                    Some(HolderClass::Foreign | HolderClass::Unknown)
+                );
+            if !waiting {
+                return None;
+            }
+            let base = lock
+                .lease
+                .created_seconds()
+                .or_else(|| lock.state.first_seen_held.map(super::unix_seconds))?;
+            let timeout = self
+                .effective_of_lock(key, &lock.lease)
+                .lock_timeout_seconds;
+            // Whole milliseconds, rounded down: a lock popped a fraction
+            // early is checked exactly and queued again.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+            Some(((base + timeout as f64) * 1000.0).floor() as i64)
+        });
+        match deadline {
+            Some(d) => self.overdue.set(key, d),
+            None => self.overdue.remove(key),
         }
     }
 

@@ -48,6 +48,7 @@ impl IndexResource<LockLease> for Index {
         let Some(lock) = lock_key_of(&key) else {
             return fx;
         };
+        self.overdue.remove(&lock);
         if let Some(old) = self.locks.remove(&lock) {
             if old.lease.is_held() {
                 let rec = self.change_record(&lock, &old, old.state.class, None, now);
@@ -111,6 +112,10 @@ impl IndexResource<TfObject> for Index {
         if obj.kind != kind {
             return IndexResource::<TfObject>::delete(self, (kind, key), now);
         }
+        if kind == Kind::TerraformCluster {
+            // Its machines' and pools' timeouts may change with it.
+            self.overdue.mark_stale();
+        }
         let lock = self.policy.apply_object(key, obj);
         // Own-pod recognition needs the object's full name: reclassify its lock.
         self.reclassify_lock(&lock, now, &mut fx);
@@ -119,6 +124,9 @@ impl IndexResource<TfObject> for Index {
 
     fn delete(&mut self, (kind, key): (Kind, ObjectKey), now: SystemTime) -> Effects {
         let mut fx = Effects::default();
+        if kind == Kind::TerraformCluster {
+            self.overdue.mark_stale();
+        }
         let lock = self.policy.remove_object(kind, &key);
         self.gc_counter(&ObjectRef::new(&key.namespace, kind.as_str(), &key.name));
         self.reclassify_lock(&lock, now, &mut fx);
@@ -147,11 +155,13 @@ impl IndexResource<CapiCluster> for Index {
 
     fn apply(&mut self, key: ObjectKey, cluster: CapiCluster, _now: SystemTime) -> Effects {
         self.policy.apply_capi(key, cluster);
+        self.overdue.mark_stale();
         Effects::default()
     }
 
     fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
         self.policy.remove_capi(&key);
+        self.overdue.mark_stale();
         Effects::default()
     }
 

@@ -20,6 +20,7 @@ pub mod force_unlocks;
 mod inputs;
 mod keys;
 pub mod locks;
+mod overdue;
 pub mod pods;
 pub mod policy;
 mod resource;
@@ -111,6 +112,7 @@ pub struct Index {
     pods: pods::PodIndex,
     policy: policy::PolicyIndex,
     force_unlocks: force_unlocks::ForceUnlockIndex,
+    overdue: overdue::OverdueQueue,
 }
 
 #[cfg(test)]

@@ -36,14 +36,7 @@ impl Index {
     pub fn for_each_lock(&self, mut f: impl FnMut(LockView<'_>)) {
         for (key, lock) in self.locks.iter() {
             let (kind, name) = self.display_owner(key, &lock.lease);
-            let effective = match self.policy.object(key) {
-                Some(obj) => self.effective_for(&key.namespace, obj),
-                None => effective(
-                    lock.lease.owner_kind().unwrap_or(Kind::TerraformMachine),
-                    None,
-                    None,
-                ),
-            };
+            let effective = self.effective_of_lock(key, &lock.lease);
             f(LockView {
                 namespace: &key.namespace,
                 kind,
@@ -64,41 +57,66 @@ impl Index {
         }
     }
 
+    /// Effective timeouts of a lock's object; the built-in values of its
+    /// kind when the object is not known.
+    pub(super) fn effective_of_lock(&self, key: &LockKey, lease: &LockLease) -> Effective {
+        match self.policy.object(key) {
+            Some(obj) => self.effective_for(&key.namespace, obj),
+            None => effective(
+                lease.owner_kind().unwrap_or(Kind::TerraformMachine),
+                None,
+                None,
+            ),
+        }
+    }
+
     /// Foreign or unknown locks that became older than their effective
     /// lockTimeoutSeconds since the last call; each lock ID is returned once.
+    /// Touches only the locks whose deadline passed (and, after a change of
+    /// a TerraformCluster or CAPI Cluster, every queued one once).
     pub fn newly_overdue(&mut self, now: SystemTime) -> Vec<Overdue> {
+        for key in self.overdue.take_stale() {
+            self.schedule_overdue(&key);
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let now_ms = (super::unix_seconds(now) * 1000.0).floor() as i64;
         let mut found = Vec::new();
-        self.for_each_lock(|v| {
-            let (Some(class), Some((age, _))) = (v.state.class, v.age(now)) else {
-                return;
+        for key in self.overdue.pop_due(now_ms) {
+            let Some(lock) = self.locks.get(&key) else {
+                continue;
             };
-            if !v.state.overdue_logged && is_overdue(class, age, v.effective.lock_timeout_seconds) {
-                found.push((
-                    LockKey::new(v.namespace, &v.lease.suffix),
-                    Overdue {
-                        namespace: v.namespace.to_string(),
-                        kind: v.kind,
-                        name: v.name.to_string(),
-                        class,
-                        holder: v.lease.holder_label().to_string(),
-                        operation: v
-                            .lease
-                            .info
-                            .as_ref()
-                            .map(|i| i.operation.clone())
-                            .unwrap_or_default(),
-                        age_seconds: age,
-                        timeout_seconds: v.effective.lock_timeout_seconds,
-                    },
-                ));
+            let effective = self.effective_of_lock(&key, &lock.lease);
+            let (Some(class), Some((age, _))) = (lock.state.class, lock.age(now)) else {
+                continue;
+            };
+            if lock.state.overdue_logged || !is_overdue(class, age, effective.lock_timeout_seconds)
+            {
+                // Not yet after all (rounding, or the timeout grew): queued
+                // again at its new deadline, or dropped when logged.
+                self.schedule_overdue(&key);
+                continue;
             }
-        });
-        for (key, _) in &found {
-            if let Some(l) = self.locks.get_mut(key) {
+            let (kind, name) = self.display_owner(&key, &lock.lease);
+            found.push(Overdue {
+                namespace: key.namespace.clone(),
+                kind,
+                name,
+                class,
+                holder: lock.lease.holder_label().to_string(),
+                operation: lock
+                    .lease
+                    .info
+                    .as_ref()
+                    .map(|i| i.operation.clone())
+                    .unwrap_or_default(),
+                age_seconds: age,
+                timeout_seconds: effective.lock_timeout_seconds,
+            });
+            if let Some(l) = self.locks.get_mut(&key) {
                 l.state.overdue_logged = true;
             }
         }
-        found.into_iter().map(|(_, o)| o).collect()
+        found
     }
 
     /// Number of held locks per class.

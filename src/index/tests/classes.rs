@@ -219,17 +219,6 @@ fn object_arriving_after_its_lock_reclassifies() {
     assert_eq!(class_of(&ix, m, "web"), Some(HolderClass::OwnLive));
 }
 
-fn lease_with_id(kind: Kind, name: &str, id: &str, who: &str) -> Change {
-    let mut c = lease_change(kind, name, Some(info(who)));
-    if let Some(Entry::Lease(l)) = &mut c.entry {
-        l.holder_identity = id.into();
-        if let Some(i) = &mut l.info {
-            i.id = id.into();
-        }
-    }
-    c
-}
-
 #[test]
 fn a_new_lock_never_inherits_the_previous_locks_class() {
     let m = Kind::TerraformMachine;

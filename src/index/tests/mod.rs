@@ -313,3 +313,15 @@ fn raw_lease(suffix: &str, kind: Option<&str>, name: Option<&str>, who: &str) ->
         entry: Some(Entry::Lease(l)),
     }
 }
+
+/// A held lock of (kind, name) with its own lock ID and holder.
+fn lease_with_id(kind: Kind, name: &str, id: &str, who: &str) -> Change {
+    let mut c = lease_change(kind, name, Some(info(who)));
+    if let Some(Entry::Lease(l)) = &mut c.entry {
+        l.holder_identity = id.into();
+        if let Some(i) = &mut l.info {
+            i.id = id.into();
+        }
+    }
+    c
+}

@@ -167,3 +167,60 @@ fn machine_inherits_its_clusters_own_jobs_and_follows_their_changes() {
     assert!(ix.newly_overdue(t0() + Duration::from_secs(44)).is_empty());
     assert_eq!(ix.newly_overdue(t0() + Duration::from_secs(46)).len(), 1);
 }
+
+#[test]
+fn a_lowered_cluster_timeout_brings_a_queued_overdue_warning_forward() {
+    let mut ix = Index::new();
+    let (c, m) = (Kind::TerraformCluster, Kind::TerraformMachine);
+    ix.feed(Resource::Clusters, capi("prod", "tc"));
+    ix.feed(
+        Resource::TerraformClusters,
+        object(
+            c,
+            "tc",
+            Some("prod"),
+            None,
+            Some(tc_policies(Some(600), None)),
+        ),
+    );
+    ix.feed(
+        Resource::TerraformMachines,
+        object(m, "web", Some("prod"), None, None),
+    );
+    ix.feed(
+        Resource::Leases,
+        lease_change(m, "web", Some(info("alice@laptop"))),
+    );
+    assert!(ix.newly_overdue(t0() + Duration::from_secs(120)).is_empty());
+    // The cluster's own spec.jobs drops to 60 s: web is overdue already.
+    ix.feed(
+        Resource::TerraformClusters,
+        object(
+            c,
+            "tc",
+            Some("prod"),
+            None,
+            Some(tc_policies(Some(60), None)),
+        ),
+    );
+    let due = ix.newly_overdue(t0() + Duration::from_secs(121));
+    assert_eq!(due.len(), 1, "{due:?}");
+    assert_eq!(due[0].timeout_seconds, 60);
+    // Raised again, a new lock of web waits for the new deadline.
+    ix.feed(
+        Resource::TerraformClusters,
+        object(
+            c,
+            "tc",
+            Some("prod"),
+            None,
+            Some(tc_policies(Some(900), None)),
+        ),
+    );
+    ix.feed(
+        Resource::Leases,
+        lease_with_id(m, "web", "id-2", "bob@desk"),
+    );
+    assert!(ix.newly_overdue(t0() + Duration::from_secs(800)).is_empty());
+    assert_eq!(ix.newly_overdue(t0() + Duration::from_secs(901)).len(), 1);
+}

@@ -1,0 +1,102 @@
+//! When each foreign or unknown lock becomes overdue, in deadline order, so
+//! the once-a-second overdue check touches only the locks that are due
+//! instead of walking every Lease.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::keys::LockKey;
+
+/// Deadlines in Unix milliseconds, by lock.
+#[derive(Debug, Default)]
+pub struct OverdueQueue {
+    by_deadline: BTreeSet<(i64, LockKey)>,
+    deadline_of: HashMap<LockKey, i64>,
+    /// A policy that many deadlines depend on changed (a TerraformCluster
+    /// or a CAPI Cluster): recompute every queued deadline before popping.
+    stale: bool,
+}
+
+impl OverdueQueue {
+    /// Queues (or moves) a lock's deadline.
+    pub fn set(&mut self, key: &LockKey, deadline_ms: i64) {
+        match self.deadline_of.get(key) {
+            Some(d) if *d == deadline_ms => return,
+            Some(d) => {
+                self.by_deadline.remove(&(*d, key.clone()));
+            }
+            None => {}
+        }
+        self.by_deadline.insert((deadline_ms, key.clone()));
+        self.deadline_of.insert(key.clone(), deadline_ms);
+    }
+
+    /// Forgets a lock.
+    pub fn remove(&mut self, key: &LockKey) {
+        if let Some(d) = self.deadline_of.remove(key) {
+            self.by_deadline.remove(&(d, key.clone()));
+        }
+    }
+
+    /// Takes the locks whose deadline is before `now_ms`, earliest first.
+    pub fn pop_due(&mut self, now_ms: i64) -> Vec<LockKey> {
+        let mut due = Vec::new();
+        while let Some((d, _)) = self.by_deadline.first() {
+            if *d >= now_ms {
+                break;
+            }
+            if let Some((_, key)) = self.by_deadline.pop_first() {
+                self.deadline_of.remove(&key);
+                due.push(key);
+            }
+        }
+        due
+    }
+
+    /// Marks every deadline as possibly out of date.
+    pub fn mark_stale(&mut self) {
+        self.stale = true;
+    }
+
+    /// When marked stale: every queued lock, to recompute; clears the mark.
+    pub fn take_stale(&mut self) -> Vec<LockKey> {
+        if !std::mem::take(&mut self.stale) {
+            return Vec::new();
+        }
+        self.deadline_of.keys().cloned().collect()
+    }
+
+    /// Number of queued locks.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.deadline_of.len()
+    }
+
+    /// Nothing queued.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.deadline_of.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pops_only_what_is_due_in_order_and_moves_on_reset() {
+        let mut q = OverdueQueue::default();
+        let (a, b) = (LockKey::new("ns", "a-m"), LockKey::new("ns", "b-m"));
+        q.set(&a, 2_000);
+        q.set(&b, 1_000);
+        q.set(&a, 3_000);
+        assert_eq!(q.len(), 2);
+        assert!(q.pop_due(1_000).is_empty(), "strictly before now");
+        assert_eq!(q.pop_due(1_001), vec![b.clone()]);
+        assert!(q.pop_due(2_500).is_empty(), "a moved to 3 s");
+        q.mark_stale();
+        assert_eq!(q.take_stale(), vec![a.clone()]);
+        assert!(q.take_stale().is_empty());
+        q.remove(&a);
+        assert!(q.is_empty() && q.pop_due(i64::MAX).is_empty());
+    }
+}
