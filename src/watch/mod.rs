@@ -9,11 +9,12 @@
 
 pub mod ingest;
 pub mod list_watch;
+pub mod slim;
 pub mod trim;
 
 use std::sync::Arc;
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, ApiResource, GroupVersionKind};
 use kube::Client;
 
 use crate::core::kind::Kind;
@@ -153,14 +154,15 @@ async fn watch_resource(
         | Resource::TerraformMachinePools => {
             let kind = resource.kind().unwrap_or(Kind::TerraformMachine);
             let scope = (kind, ns.clone());
-            let trim = move |o: &DynamicObject| trim::terraform_object(kind, o);
+            let trim = move |o: &trim::TerraformObject| trim::terraform_object(kind, o);
             watch_simple(&client, s, resource, ns, scope, timing, trim).await
         }
         Resource::Clusters => loop {
             // The first version the server lists is watched; a 404 before
             // the first list tries the next.
             for version in resource.spec().versions {
-                let api: Api<DynamicObject> = api_of(&client, ns.as_deref(), resource, version);
+                let api: Api<trim::CapiClusterObject> =
+                    api_of(&client, ns.as_deref(), resource, version);
                 let ingest = Ingest::new(s, resource, ns.clone(), ns.clone());
                 let sel = selectors(resource, true);
                 let Exit::GaveUp(err) = list_watch::run(
@@ -189,7 +191,7 @@ async fn watch_resource(
         Resource::Events => {
             // Filter server side where the API server supports the field
             // selector; a 400 for it falls back to client-side filtering.
-            let api: Api<DynamicObject> = api_of(&client, ns.as_deref(), resource, "v1");
+            let api: Api<trim::EventObject> = api_of(&client, ns.as_deref(), resource, "v1");
             let ingest = Ingest::new(s, resource, ns.clone(), ns.clone());
             let sel = selectors(resource, true);
             let trim = trim::force_unlock_event;

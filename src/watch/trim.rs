@@ -1,14 +1,7 @@
-//! API objects → index entries: keep only the fields the exporter uses.
-//!
-//! Decoding is lenient past `metadata`: a field of the wrong type reads as
-//! unset instead of failing the whole list, so one odd object cannot blind
-//! the exporter to all the others.
+//! Decoded API objects ([`super::slim`]) → index entries: what the index
+//! keeps of each, and which objects it keeps at all.
 
-use kube::core::object::{NotUsed, Object};
-use kube::core::DynamicObject;
 use kube::ResourceExt;
-use serde::{Deserialize, Deserializer};
-use serde_json::Value;
 
 use crate::core::kind::Kind;
 use crate::core::lockinfo::parse_lock_info;
@@ -26,42 +19,16 @@ pub const TFSTATE_LABEL: &str = "tfstate";
 pub const CAPTF_LEASE_LABEL: &str = "captf.io/lease";
 /// Label of CAPTF-managed objects (runner Jobs and pods).
 pub const MANAGED_LABEL: &str = "captf.io/managed";
-/// Annotation holding the backend's lock-info JSON.
-pub const LOCK_INFO_ANNOTATION: &str = "app.terraform.io/lock-info";
+use super::slim::JobsDoc;
+pub use super::slim::{
+    CapiClusterObject, EventObject, LeaseObject, PodObject, TerraformObject, LOCK_INFO_ANNOTATION,
+};
 /// Owner kind label on Leases, Jobs and pods.
 pub const OWNER_KIND_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-kind";
 /// Owner name label (the name, or its hash when over 63 bytes).
 pub const OWNER_NAME_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-name";
 /// CAPI's cluster-name label.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-
-fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let v = Value::deserialize(d)?;
-    Ok(v.as_str().unwrap_or_default().to_owned())
-}
-
-/// The part of a Lease spec the exporter reads.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseSpec {
-    /// The lock ID while held.
-    #[serde(default, deserialize_with = "lenient_string")]
-    pub holder_identity: String,
-}
-
-/// A Lease decoded with only the fields used.
-pub type LeaseObject = Object<Option<LeaseSpec>, NotUsed>;
-
-/// The part of a pod status the exporter reads.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct PodStatus {
-    /// Pending, Running, Succeeded, Failed or Unknown.
-    #[serde(default, deserialize_with = "lenient_string")]
-    pub phase: String,
-}
-
-/// A pod decoded with only its status phase (the spec is skipped unread).
-pub type PodObject = Object<Option<serde::de::IgnoredAny>, PodStatus>;
 
 fn key_of(meta: &kube::core::ObjectMeta) -> ObjectKey {
     ObjectKey::new(
@@ -113,33 +80,21 @@ pub fn pod(obj: &PodObject) -> Trimmed<ObjectKey, PodState> {
     (key, entry)
 }
 
-fn int_at(v: &Value, path: &[&str]) -> Option<i64> {
-    let mut cur = v;
-    for p in path {
-        cur = cur.get(p)?;
-    }
-    cur.as_i64()
-}
-
-fn jobs_policy(jobs: Option<&Value>) -> Option<JobsPolicy> {
-    let jobs = jobs.filter(|j| j.is_object())?;
-    Some(JobsPolicy {
-        lock_timeout_seconds: int_at(jobs, &["lockTimeoutSeconds"]),
-        active_deadline_seconds: int_at(jobs, &["activeDeadlineSeconds"]),
+fn jobs_policy(jobs: Option<JobsDoc>) -> Option<JobsPolicy> {
+    jobs.map(|j| JobsPolicy {
+        lock_timeout_seconds: j.lock_timeout_seconds,
+        active_deadline_seconds: j.active_deadline_seconds,
     })
 }
 
 /// A Terraform* object.
-pub fn terraform_object(kind: Kind, obj: &DynamicObject) -> Trimmed<(Kind, ObjectKey), TfObject> {
+pub fn terraform_object(kind: Kind, obj: &TerraformObject) -> Trimmed<(Kind, ObjectKey), TfObject> {
     let key = key_of(&obj.metadata);
-    let spec = obj.data.get("spec");
-    let jobs = jobs_policy(spec.and_then(|s| s.get("jobs")));
+    let spec = obj.spec.unwrap_or_default();
+    let jobs = jobs_policy(spec.jobs);
     let cluster = (kind == Kind::TerraformCluster).then(|| ClusterPolicies {
         jobs,
-        default_jobs: jobs_policy(
-            spec.and_then(|s| s.get("defaults"))
-                .and_then(|d| d.get("jobs")),
-        ),
+        default_jobs: jobs_policy(spec.defaults.and_then(|d| d.jobs)),
     });
     let entry = TfObject {
         kind,
@@ -152,24 +107,20 @@ pub fn terraform_object(kind: Kind, obj: &DynamicObject) -> Trimmed<(Kind, Objec
 }
 
 /// A CAPI Cluster (v1beta2 or v1beta1).
-pub fn capi_cluster(obj: &DynamicObject) -> Trimmed<ObjectKey, CapiCluster> {
+pub fn capi_cluster(obj: &CapiClusterObject) -> Trimmed<ObjectKey, CapiCluster> {
     let key = key_of(&obj.metadata);
     let r = obj
-        .data
-        .get("spec")
-        .and_then(|s| s.get("infrastructureRef"));
-    let text = |k: &str| {
-        r.and_then(|r| r.get(k))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    };
-    let infra_ref = match r.and_then(|r| r.get("apiGroup")).and_then(Value::as_str) {
+        .spec
+        .as_ref()
+        .and_then(|s| s.infrastructure_ref.clone())
+        .unwrap_or_default();
+    let infra_ref = match r.api_group {
         Some(group) => InfraRef {
-            api_group: group.to_owned(),
-            kind: text("kind").to_owned(),
-            name: text("name").to_owned(),
+            api_group: group,
+            kind: r.kind,
+            name: r.name,
         },
-        None => InfraRef::from_api_version(text("apiVersion"), text("kind"), text("name")),
+        None => InfraRef::from_api_version(&r.api_version, &r.kind, &r.name),
     };
     (key, Some(CapiCluster { infra_ref }))
 }
@@ -179,54 +130,35 @@ pub const FORCE_UNLOCKED_REASON: &str = "ForceUnlocked";
 /// reportingController of CAPTF's Events.
 pub const CAPTF_CONTROLLER: &str = "captf-manager";
 
-fn rfc3339_seconds(v: Option<&Value>) -> Option<f64> {
-    let s = v?.as_str()?;
+fn rfc3339_seconds(s: &str) -> Option<f64> {
     let t = chrono::DateTime::parse_from_rfc3339(s).ok()?;
     Some(t.timestamp() as f64 + f64::from(t.timestamp_subsec_nanos()) / 1e9)
 }
 
 /// An events.k8s.io/v1 Event: kept when it is one of CAPTF's
 /// ForceUnlocked Events (filtered client side as well).
-pub fn force_unlock_event(obj: &DynamicObject) -> Trimmed<ObjectKey, ForceUnlockEvent> {
+pub fn force_unlock_event(obj: &EventObject) -> Trimmed<ObjectKey, ForceUnlockEvent> {
     let key = key_of(&obj.metadata);
-    let d = &obj.data;
-    let text = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or_default();
-    let ours =
-        text("reason") == FORCE_UNLOCKED_REASON && text("reportingController") == CAPTF_CONTROLLER;
-    let regarding = d.get("regarding");
-    let reg = |k: &str| {
-        regarding
-            .and_then(|r| r.get(k))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let ours = obj.reason == FORCE_UNLOCKED_REASON && obj.reporting_controller == CAPTF_CONTROLLER;
     let entry = ours.then(|| {
-        let series = d.get("series");
-        let occurrences = series
-            .and_then(|s| s.get("count"))
-            .and_then(Value::as_u64)
-            .unwrap_or(1)
-            .max(1);
-        let last_seen = rfc3339_seconds(series.and_then(|s| s.get("lastObservedTime")))
-            .or_else(|| rfc3339_seconds(d.get("eventTime")))
-            .or_else(|| rfc3339_seconds(d.get("deprecatedLastTimestamp")))
+        let regarding = obj.regarding.clone().unwrap_or_default();
+        let series = obj.series.as_ref();
+        let occurrences = series.and_then(|s| s.count).unwrap_or(1).max(1);
+        let last_seen = series
+            .and_then(|s| rfc3339_seconds(&s.last_observed_time))
+            .or_else(|| rfc3339_seconds(&obj.event_time))
+            .or_else(|| rfc3339_seconds(&obj.deprecated_last_timestamp))
             .or_else(|| {
-                rfc3339_seconds(
-                    obj.metadata
-                        .creation_timestamp
-                        .as_ref()
-                        .map(|t| serde_json::json!(t.0.to_string()))
-                        .as_ref(),
-                )
+                let created = obj.metadata.creation_timestamp.as_ref()?;
+                rfc3339_seconds(&created.0.to_string())
             });
-        let namespace = Some(reg("namespace"))
+        let namespace = Some(regarding.namespace)
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| key.namespace.clone());
         ForceUnlockEvent {
             namespace,
-            kind: reg("kind"),
-            name: reg("name"),
+            kind: regarding.kind,
+            name: regarding.name,
             occurrences,
             last_seen,
         }

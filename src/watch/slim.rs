@@ -1,0 +1,455 @@
+//! The API objects as the watchers decode them: only the fields the
+//! exporter reads, so a list of 100k objects is not 100k full `ObjectMeta`s
+//! with their managedFields, nor 100k `serde_json::Value` trees.
+//!
+//! Every type keeps `metadata` as a [`ObjectMeta`] (kube's `Resource` trait
+//! needs one) but fills only name, namespace, resourceVersion, labels,
+//! creationTimestamp and the lock-info annotation; everything else is
+//! skipped unread. Past `metadata`, decoding is lenient: a field of the
+//! wrong type reads as unset instead of failing the whole list, so one odd
+//! object cannot blind the exporter to all the others.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::ApiResource;
+use kube::core::{DynamicResourceScope, ObjectMeta};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+/// Annotation holding the backend's lock-info JSON: the one annotation kept.
+pub const LOCK_INFO_ANNOTATION: &str = "app.terraform.io/lock-info";
+
+/// The metadata fields the exporter reads.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "lock_info_only")]
+    annotations: Option<BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+}
+
+fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let m = SlimMeta::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        resource_version: m.resource_version,
+        labels: m.labels,
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
+        ..ObjectMeta::default()
+    })
+}
+
+/// Keeps the lock-info annotation and skips the others (kubectl's
+/// last-applied configuration can be as large as the object).
+fn lock_info_only<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    struct Keep;
+    impl<'de> Visitor<'de> for Keep {
+        type Value = Option<BTreeMap<String, String>>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an annotations map")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_map(Keep)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut kept = BTreeMap::new();
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                if key == LOCK_INFO_ANNOTATION {
+                    let v: Value = map.next_value()?;
+                    if let Value::String(s) = v {
+                        kept.insert(key.into_owned(), s);
+                    }
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(Some(kept))
+        }
+    }
+    d.deserialize_option(Keep)
+}
+
+/// A string, or "" for anything else.
+pub fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => s,
+        _ => String::new(),
+    })
+}
+
+/// A string, or None for anything else.
+fn lenient_opt_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
+}
+
+/// A whole number, or None for anything else.
+fn lenient_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_i64())
+}
+
+/// A non-negative whole number, or None for anything else.
+fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Ok(Value::deserialize(d)?.as_u64())
+}
+
+/// `T` when the value is a JSON object, else None: a string or a list
+/// where an object belongs is skipped, not an error. Fields inside `T`
+/// are lenient on their own. No `Value` tree is built on the way.
+fn lenient<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    struct ObjectOrNothing<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectOrNothing<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            T::deserialize(MapAccessDeserializer::new(map)).map(Some)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(ObjectOrNothing(PhantomData))
+}
+
+macro_rules! slim_resource {
+    ($t:ty) => {
+        impl kube::Resource for $t {
+            type DynamicType = ApiResource;
+            type Scope = DynamicResourceScope;
+
+            fn kind(dt: &ApiResource) -> Cow<'_, str> {
+                Cow::from(&dt.kind)
+            }
+            fn group(dt: &ApiResource) -> Cow<'_, str> {
+                Cow::from(&dt.group)
+            }
+            fn version(dt: &ApiResource) -> Cow<'_, str> {
+                Cow::from(&dt.version)
+            }
+            fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+                Cow::from(&dt.api_version)
+            }
+            fn plural(dt: &ApiResource) -> Cow<'_, str> {
+                Cow::from(&dt.plural)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+/// The part of a Lease spec the exporter reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseSpec {
+    /// The lock ID while held.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub holder_identity: String,
+}
+
+/// A Lease.
+#[derive(Clone, Debug, Deserialize)]
+pub struct LeaseObject {
+    /// Name, namespace, labels, lock-info.
+    #[serde(deserialize_with = "slim_meta")]
+    pub metadata: ObjectMeta,
+    /// holderIdentity.
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<LeaseSpec>,
+}
+slim_resource!(LeaseObject);
+
+/// The part of a pod status the exporter reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PodStatus {
+    /// Pending, Running, Succeeded, Failed or Unknown.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub phase: String,
+}
+
+/// A pod: its labels and phase (the spec is skipped unread).
+#[derive(Clone, Debug, Deserialize)]
+pub struct PodObject {
+    /// Name, namespace, labels.
+    #[serde(deserialize_with = "slim_meta")]
+    pub metadata: ObjectMeta,
+    /// The phase.
+    #[serde(default, deserialize_with = "lenient")]
+    pub status: Option<PodStatus>,
+}
+slim_resource!(PodObject);
+
+/// `spec.jobs` (or `spec.defaults.jobs`) as written.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobsDoc {
+    /// lockTimeoutSeconds.
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub lock_timeout_seconds: Option<i64>,
+    /// activeDeadlineSeconds.
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub active_deadline_seconds: Option<i64>,
+}
+
+/// `spec.defaults` of a TerraformCluster.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+pub struct DefaultsDoc {
+    /// `spec.defaults.jobs`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub jobs: Option<JobsDoc>,
+}
+
+/// The part of a Terraform* spec the exporter reads (the rest, module
+/// inputs included, is skipped unread).
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+pub struct TerraformSpec {
+    /// `spec.jobs`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub jobs: Option<JobsDoc>,
+    /// `spec.defaults` (TerraformCluster only).
+    #[serde(default, deserialize_with = "lenient")]
+    pub defaults: Option<DefaultsDoc>,
+}
+
+/// A TerraformCluster, TerraformMachine or TerraformMachinePool.
+#[derive(Clone, Debug, Deserialize)]
+pub struct TerraformObject {
+    /// Name, namespace, labels.
+    #[serde(deserialize_with = "slim_meta")]
+    pub metadata: ObjectMeta,
+    /// Job policies.
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<TerraformSpec>,
+}
+slim_resource!(TerraformObject);
+
+/// `spec.infrastructureRef` of a CAPI Cluster, in either version's shape.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InfraRefDoc {
+    /// v1beta2: the API group.
+    #[serde(default, deserialize_with = "lenient_opt_string")]
+    pub api_group: Option<String>,
+    /// v1beta1: "group/version".
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub api_version: String,
+    /// Kind.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub kind: String,
+    /// Name.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub name: String,
+}
+
+/// The part of a CAPI Cluster spec the exporter reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapiSpec {
+    /// `spec.infrastructureRef`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub infrastructure_ref: Option<InfraRefDoc>,
+}
+
+/// A CAPI Cluster (v1beta2 or v1beta1).
+#[derive(Clone, Debug, Deserialize)]
+pub struct CapiClusterObject {
+    /// Name, namespace.
+    #[serde(deserialize_with = "slim_meta")]
+    pub metadata: ObjectMeta,
+    /// infrastructureRef.
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<CapiSpec>,
+}
+slim_resource!(CapiClusterObject);
+
+/// An object an Event is about.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct EventRef {
+    /// Namespace.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub namespace: String,
+    /// Kind.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub kind: String,
+    /// Name.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub name: String,
+}
+
+/// `series` of an Event that repeated.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSeries {
+    /// How often it happened.
+    #[serde(default, deserialize_with = "lenient_u64")]
+    pub count: Option<u64>,
+    /// When it last happened (RFC 3339).
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub last_observed_time: String,
+}
+
+/// An events.k8s.io/v1 Event.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventObject {
+    /// Name, namespace, creationTimestamp.
+    #[serde(deserialize_with = "slim_meta")]
+    pub metadata: ObjectMeta,
+    /// Reason (`ForceUnlocked`).
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub reason: String,
+    /// Who emitted it (`captf-manager`).
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub reporting_controller: String,
+    /// The object it is about.
+    #[serde(default, deserialize_with = "lenient")]
+    pub regarding: Option<EventRef>,
+    /// Repeats.
+    #[serde(default, deserialize_with = "lenient")]
+    pub series: Option<EventSeries>,
+    /// When it happened (RFC 3339, microseconds).
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub event_time: String,
+    /// The core/v1 fallback time.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub deprecated_last_timestamp: String,
+}
+slim_resource!(EventObject);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn metadata_keeps_only_what_is_read() {
+        let lease: LeaseObject = serde_json::from_value(json!({
+            "metadata": {
+                "name": "lock-tfstate-default-x-m", "namespace": "ns", "resourceVersion": "7",
+                "labels": {"tfstate": "true"},
+                "annotations": {"app.terraform.io/lock-info": "{}", "kubectl.kubernetes.io/last-applied-configuration": "huge"},
+                "managedFields": [{"manager": "terraform", "fieldsV1": {"f:spec": {}}}],
+                "uid": "u", "generation": 3,
+            },
+            "spec": {"holderIdentity": "id-1", "leaseDurationSeconds": 15},
+        }))
+        .expect("decodes");
+        let m = &lease.metadata;
+        assert_eq!(m.name.as_deref(), Some("lock-tfstate-default-x-m"));
+        assert_eq!(m.resource_version.as_deref(), Some("7"));
+        assert!(m.managed_fields.is_none() && m.uid.is_none());
+        let ann = m.annotations.as_ref().expect("annotations");
+        assert_eq!(ann.len(), 1, "{ann:?}");
+        assert_eq!(
+            ann.get(LOCK_INFO_ANNOTATION).map(String::as_str),
+            Some("{}")
+        );
+        assert_eq!(
+            lease.spec.map(|s| s.holder_identity).as_deref(),
+            Some("id-1")
+        );
+    }
+
+    #[test]
+    fn capi_infrastructure_refs_of_both_versions() {
+        let v2: CapiClusterObject = serde_json::from_value(json!({
+            "metadata": {"name": "prod"},
+            "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformCluster", "name": "tc"}},
+        }))
+        .expect("decodes");
+        let r = v2.spec.and_then(|s| s.infrastructure_ref).expect("ref");
+        assert_eq!(
+            r.api_group.as_deref(),
+            Some("infrastructure.cluster.x-k8s.io")
+        );
+        assert_eq!(
+            (r.kind.as_str(), r.name.as_str()),
+            ("TerraformCluster", "tc")
+        );
+        let v1: CapiClusterObject = serde_json::from_value(json!({
+            "metadata": {"name": "prod"},
+            "spec": {"infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster", "name": "tc"}},
+        }))
+        .expect("decodes");
+        let r = v1.spec.and_then(|s| s.infrastructure_ref).expect("ref");
+        assert_eq!(r.api_group, None);
+        assert_eq!(r.api_version, "infrastructure.cluster.x-k8s.io/v1alpha1");
+    }
+
+    #[test]
+    fn wrong_types_past_metadata_read_as_unset() {
+        let obj: TerraformObject = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"jobs": {"lockTimeoutSeconds": "300", "activeDeadlineSeconds": 1800}, "module": {"big": [1, 2, 3]}},
+        }))
+        .expect("decodes");
+        let jobs = obj.spec.and_then(|s| s.jobs).expect("jobs");
+        assert_eq!(jobs.lock_timeout_seconds, None);
+        assert_eq!(jobs.active_deadline_seconds, Some(1800));
+        let odd: TerraformObject = serde_json::from_value(json!({
+            "metadata": {"name": "web"}, "spec": "not an object",
+        }))
+        .expect("decodes");
+        assert!(odd.spec.is_none());
+        let ev: EventObject = serde_json::from_value(json!({
+            "metadata": {"name": "e"}, "reason": 5, "series": {"count": -1}, "regarding": [],
+        }))
+        .expect("decodes");
+        assert_eq!(ev.reason, "");
+        assert_eq!(ev.series.and_then(|s| s.count), None);
+        assert!(ev.regarding.is_none());
+    }
+}
