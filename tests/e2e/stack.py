@@ -351,7 +351,7 @@ class Stack:
         sections = [log_section(p, tail) for p in (self.exporter, self.prometheus, self.alertmanager)
                     if p is not None]
         if self.kube is not None:
-            sections += self.kube.requests_report()
+            sections += self.kube.failure_report()
         if self.webhook is not None:
             text = "\n".join(f"{a.status:8} {a.labels}" for a in self.webhook.alerts())
             sections.append(("webhook deliveries", text or "(none)"))

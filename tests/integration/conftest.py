@@ -43,14 +43,19 @@ def kube_resources(request: pytest.FixtureRequest) -> tuple[str, ...]:
     return tuple(r for r in ALL_RESOURCES if r not in omit) + tuple(add)
 
 
+def _serving(server: KubeEmulator | FaultProxy, request: pytest.FixtureRequest) -> Iterator:
+    """For a fixture: start ``server``, report its requests if the test fails, stop it at teardown."""
+    server.start()
+    on_failure(request.node, server.failure_report)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def kube(kube_resources: tuple[str, ...], request: pytest.FixtureRequest) -> Iterator[KubeEmulator]:
-    emu = KubeEmulator(kube_resources).start()
-    on_failure(request.node, emu.requests_report)
-    try:
-        yield emu
-    finally:
-        emu.stop()
+    yield from _serving(KubeEmulator(kube_resources), request)
 
 
 @pytest.fixture
@@ -99,12 +104,7 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
 def fault_proxy(kube: KubeEmulator, request: pytest.FixtureRequest) -> Iterator[FaultProxy]:
     """A FaultProxy (faults.py) in front of ``kube``, in pass mode.  Request it before
     ``start_exporter`` so that the exporter stops first."""
-    proxy = FaultProxy(kube.url).start()
-    on_failure(request.node, proxy.failure_report)
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
+    yield from _serving(FaultProxy(kube.url), request)
 
 
 @pytest.fixture

@@ -279,7 +279,7 @@ class KubeEmulator(LoopThread):
 
         return self._call(snap)
 
-    def requests_report(self, last: int = 200) -> list[tuple[str, str]]:
+    def failure_report(self, last: int = 200) -> list[tuple[str, str]]:
         """A failure-report section (pykit.diagnostics): the last ``last`` requests, H=harness, E=exporter."""
         if self.k is None:
             return []
