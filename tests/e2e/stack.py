@@ -9,7 +9,8 @@ come from there.  Added here:
                          (programmatic, from the shipped file; everything but ``for`` proven equal).
 * ``Clock``           -- deadline-polled waits that print how long each one took.
 * ``Stack``           -- every process of one run; the exporter runs with ``--log-level info``
-                         (the integration suite runs debug; E2E_EXPORTER_LOG_LEVEL overrides it).
+                         (the integration suite runs debug; E2E_EXPORTER_LOG_LEVEL overrides it);
+                         ``check_dashboards`` runs every dashboard query against its Prometheus.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from pykit.diagnostics import log_section
 from pykit.exporter import Exporter
 from pykit.kube import KubeEmulator, write_kubeconfig
 from pykit.net import WaitTimeout, wait_for
-from pykit.prometheus import PromAPI, Server, start_alertmanager, start_prometheus
+from pykit.prometheus import PromAPI, Server, dashboard_queries, start_alertmanager, start_prometheus
 
 SHIPPED_RULES = REPO / "alerts" / "captf-lock-exporter.rules.yaml"
 DASHBOARDS = REPO / "dashboards"
@@ -331,6 +332,51 @@ class Stack:
         self.clock.guards.append(self.prometheus.check_alive)
         self.clock.log(f"prometheus pid {self.prometheus.pid} on {self.prom_url}")
         return self.prometheus
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def check_dashboards(self, pins: Mapping[str, str]) -> list[str]:
+        """Run tools/dashboards/queries.py against this Prometheus; every query must return series.
+
+        Single-value variables named in ``pins`` take that value; multi-value ones stay "All"; the
+        rest (`job`) are resolved by queries.py from Prometheus.  Returns a line per dashboard.
+        """
+        prom = self.prom
+        assert prom is not None
+        report: list[str] = []
+        failures: list[str] = []
+        t = time.monotonic()
+        total = 0
+        for f in sorted(DASHBOARDS.glob("*.json")):
+            dash = json.loads(f.read_text())
+            pinned = {v["name"]: pins[v["name"]] for v in (dash.get("templating") or {}).get("list") or []
+                      if v.get("name") in pins and not (v.get("multi") or v.get("includeAll"))}
+            queries = dashboard_queries(self.prom_url, [f], pinned)
+            assert queries, f"queries.py printed no query for {f.name}"
+            now = time.time()
+            empty = []
+            for q in queries:
+                total += 1
+                where = f"{f.name} panel {q['panel_id']} {q['panel']!r} {q['refId']}"
+                try:
+                    res = prom.query(q["expr"], at=now)
+                except AssertionError as e:
+                    failures.append(f"{where}: query error {e}\n    {q['expr']}")
+                    continue
+                if not res:
+                    failures.append(f"{where}: no series (instant)\n    {q['expr']}")
+                    empty.append(where)
+                    continue
+                if not q["instant"]:
+                    rng = prom.query_range(q["expr"], now - 30, now, 1)
+                    if not rng:
+                        failures.append(f"{where}: no series (range, last 30 s)\n    {q['expr']}")
+                        continue
+            report.append(f"{f.name}: {len(queries)} queries, {len(queries) - len(empty)} with data"
+                          + (f" (pinned {', '.join(f'{k}={v}' for k, v in pinned.items())})" if pinned else ""))
+        self.clock.log(f"dashboards: {total} queries evaluated in {time.monotonic() - t:.2f}s")
+        assert not failures, "dashboard queries without data or with errors:\n" + "\n".join(failures)
+        return report
 
     # -- stop -------------------------------------------------------------------------------
 
