@@ -1,18 +1,16 @@
 """End-to-end stack: real Prometheus 2.42 and Alertmanager 0.25 around the real exporter.
 
-Builds on the integration harness (tests/integration/harness.py, imported read-only):
-the kmock emulator, object builders, the ``Exporter`` wrapper and ``wait_for`` come from there.
-Added here:
+Builds on the shared test kit (tests/pykit): the kmock emulator, object builders, the ``Exporter``
+wrapper, ``ManagedProcess``, the Prometheus/Alertmanager launchers, ``PromAPI`` and ``wait_for``
+come from there.  Added here:
 
-* ``ManagedProcess``  -- any binary as a subprocess, log to a file, stopped by PID
-                         (SIGTERM, wait with a timeout, SIGKILL, wait).
-* ``E2EExporter``     -- the harness ``Exporter`` with ``--log-level info`` (the harness runs debug;
-                         E2E_EXPORTER_LOG_LEVEL overrides it when debugging).
 * ``WebhookReceiver`` -- http.server in a thread recording Alertmanager's webhook payloads.
-* ``PromAPI``         -- the few Prometheus HTTP API calls the test needs.
 * ``derive_short_for_rules`` -- the test copy of the shipped rules with shorter ``for:``
                          (programmatic, from the shipped file; everything but ``for`` proven equal).
 * ``Clock``           -- deadline-polled waits that print how long each one took.
+* ``Stack``           -- every process of one run; the exporter runs with ``--log-level info``
+                         (the integration suite runs debug; E2E_EXPORTER_LOG_LEVEL overrides it);
+                         ``check_dashboards`` runs every dashboard query against its Prometheus.
 """
 
 from __future__ import annotations
@@ -23,110 +21,23 @@ import http.server
 import json
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-import requests
 import yaml
 
-INTEGRATION_DIR = Path(__file__).resolve().parents[1] / "integration"
-if str(INTEGRATION_DIR) not in sys.path:
-    sys.path.insert(0, str(INTEGRATION_DIR))
+from pykit import REPO
+from pykit.diagnostics import log_section
+from pykit.exporter import Exporter
+from pykit.kube import KubeEmulator, write_kubeconfig
+from pykit.net import WaitTimeout, wait_for
+from pykit.prometheus import PromAPI, Server, dashboard_queries, start_alertmanager, start_prometheus
 
-from harness import (  # noqa: E402  (read-only import of the integration harness)
-    Exporter,
-    ExporterDied,
-    WaitTimeout,  # noqa: F401 - re-exported for the test
-    free_port,
-    stop_process,
-    wait_for,
-)
-
-REPO = Path(__file__).resolve().parents[2]
 SHIPPED_RULES = REPO / "alerts" / "captf-lock-exporter.rules.yaml"
-QUERIES_PY = REPO / "tools" / "dashboards" / "queries.py"
 DASHBOARDS = REPO / "dashboards"
-
-
-# --------------------------------------------------------------------------------------------
-# Processes
-# --------------------------------------------------------------------------------------------
-
-
-class ProcessDied(ExporterDied):
-    """A process of the stack exited while the test waited on it (wait_for does not retry this)."""
-
-
-class ManagedProcess:
-    """A binary started by the test; stdout+stderr to ``log_path``; stopped by its PID."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path):
-        self.name = name
-        self.argv = argv
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._log = None
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    def start(self) -> "ManagedProcess":
-        self._log = open(self.log_path, "ab")
-        self._log.write(("$ " + " ".join(self.argv) + "\n").encode())
-        self._log.flush()
-        self.proc = subprocess.Popen(self.argv, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        return self
-
-    def check_alive(self) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise ProcessDied(f"{self.name} (pid {self.proc.pid}) exited with code {self.proc.returncode}; "
-                              f"log {self.log_path}:\n{self.log_tail(40)}")
-
-    def stop(self, timeout: float = 15.0) -> int | None:
-        rc = stop_process(self.proc, timeout)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return rc
-
-    def log_text(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def log_tail(self, n: int) -> str:
-        return "\n".join(self.log_text().splitlines()[-n:])
-
-
-class E2EExporter(Exporter):
-    """The harness ``Exporter``, started with the e2e suite's flags (``--log-level info``)."""
-
-    def __init__(self, binary: str, kubeconfig: Path, log_path: Path) -> None:
-        super().__init__(binary, kubeconfig, log_path,
-                         log_level=os.environ.get("E2E_EXPORTER_LOG_LEVEL", "info"))
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None else None
-
-    def json_logs(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_text().splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,65 +128,6 @@ class WebhookReceiver:
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(10)
-
-
-# --------------------------------------------------------------------------------------------
-# Prometheus API
-# --------------------------------------------------------------------------------------------
-
-
-class PromAPI:
-    def __init__(self, base: str):
-        self.base = base
-        self.http = requests.Session()
-
-    def _get(self, path: str, **params: Any) -> Any:
-        r = self.http.get(f"{self.base}/api/v1/{path}", params=params, timeout=10)
-        body = r.json()
-        if body.get("status") != "success":
-            raise AssertionError(f"Prometheus {path} {params}: HTTP {r.status_code}: {body}")
-        return body["data"]
-
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"query": expr}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        data = self._get("query", **params)
-        assert data["resultType"] == "vector", data
-        return data["result"]
-
-    def matrix(self, expr: str) -> list[dict[str, Any]]:
-        """An instant query of a range selector (raw samples)."""
-        data = self._get("query", query=expr)
-        assert data["resultType"] == "matrix", data
-        return data["result"]
-
-    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        data = self._get("query_range", query=expr, start=f"{start:.3f}", end=f"{end:.3f}", step=step)
-        return data["result"]
-
-    def value(self, expr: str) -> float | None:
-        """The value of a query that returns at most one series (None when empty)."""
-        res = self.query(expr)
-        if not res:
-            return None
-        assert len(res) == 1, f"{expr} returned {len(res)} series: {res}"
-        return float(res[0]["value"][1])
-
-    def alerts(self) -> list[dict[str, Any]]:
-        return self._get("alerts")["alerts"]
-
-    def rules(self) -> list[dict[str, Any]]:
-        return self._get("rules")["groups"]
-
-    def targets(self) -> list[dict[str, Any]]:
-        return self._get("targets")["activeTargets"]
-
-    def ready(self) -> bool:
-        return self.http.get(f"{self.base}/-/ready", timeout=2).status_code == 200
-
-    def close(self) -> None:
-        self.http.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,29 +273,27 @@ class Stack:
     def __init__(self, tmp: Path, clock: Clock):
         self.tmp = tmp
         self.clock = clock
-        self.kube: Any = None            # harness.KubeEmulator
-        self.exporter: E2EExporter | None = None
+        self.kube: KubeEmulator | None = None
+        self.exporter: Exporter | None = None
         self.webhook: WebhookReceiver | None = None
-        self.alertmanager: ManagedProcess | None = None
-        self.prometheus: ManagedProcess | None = None
+        self.alertmanager: Server | None = None
+        self.prometheus: Server | None = None
         self.prom: PromAPI | None = None
         self.am_url = ""
         self.prom_url = ""
 
     # -- starts -----------------------------------------------------------------------------
 
-    def start_kube(self, resources: Iterable[str]) -> Any:
-        from harness import KubeEmulator
-
+    def start_kube(self, resources: Iterable[str]) -> KubeEmulator:
         self.kube = KubeEmulator(tuple(resources)).start()
         self.clock.log(f"kmock emulator on {self.kube.url}")
         return self.kube
 
-    def start_exporter(self, binary: str) -> E2EExporter:
-        from harness import write_kubeconfig
-
+    def start_exporter(self, binary: str) -> Exporter:
+        assert self.kube is not None
         kubeconfig = write_kubeconfig(self.tmp / "kubeconfig", self.kube.url)
-        self.exporter = E2EExporter(binary, kubeconfig, self.tmp / "exporter.log")
+        self.exporter = Exporter(binary, kubeconfig, self.tmp / "exporter.log",
+                                 log_level=os.environ.get("E2E_EXPORTER_LOG_LEVEL", "info"))
         self.exporter.start()
         self.clock.guards.append(self.exporter.check_alive)
         self.clock.log(f"exporter pid {self.exporter.pid} on {self.exporter.url}")
@@ -454,42 +304,17 @@ class Stack:
         self.clock.log(f"webhook receiver on {self.webhook.url}")
         return self.webhook
 
-    def start_alertmanager(self, binary: str = "prometheus-alertmanager") -> ManagedProcess:
+    def start_alertmanager(self, binary: str = "prometheus-alertmanager") -> Server:
         assert self.webhook is not None
-        port = free_port()
-        self.am_url = f"http://127.0.0.1:{port}"
-        cfg = self.tmp / "alertmanager.yml"
-        cfg.write_text(yaml.safe_dump({
-            "route": {
-                "receiver": "webhook",
-                # '...' = group by every label: one notification per alert, so each delivery
-                # time belongs to exactly one alert.
-                "group_by": ["..."],
-                "group_wait": "1s",
-                "group_interval": "1s",
-                "repeat_interval": "1h",
-            },
-            "receivers": [{
-                "name": "webhook",
-                "webhook_configs": [{"url": self.webhook.url, "send_resolved": True}],
-            }],
-        }, sort_keys=False))
-        (self.tmp / "alertmanager-data").mkdir()
-        self.alertmanager = ManagedProcess("alertmanager", [
-            binary, f"--config.file={cfg}", f"--storage.path={self.tmp / 'alertmanager-data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
-            "--log.level=info",
-        ], self.tmp / "alertmanager.log").start()
+        self.alertmanager = start_alertmanager(self.tmp, self.webhook.url, binary=binary)
+        self.am_url = self.alertmanager.url
         self.clock.guards.append(self.alertmanager.check_alive)
         self.clock.log(f"alertmanager pid {self.alertmanager.pid} on {self.am_url}")
         return self.alertmanager
 
-    def start_prometheus(self, rule_files: list[Path], binary: str = "prometheus") -> ManagedProcess:
+    def start_prometheus(self, rule_files: list[Path], binary: str = "prometheus") -> Server:
         assert self.exporter is not None and self.am_url
-        port = free_port()
-        self.prom_url = f"http://127.0.0.1:{port}"
-        cfg = self.tmp / "prometheus.yml"
-        cfg.write_text(yaml.safe_dump({
+        self.prometheus = start_prometheus(self.tmp, {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rule_files],
             "alerting": {"alertmanagers": [{
@@ -501,19 +326,57 @@ class Stack:
                 "honor_labels": True,
                 "static_configs": [{"targets": [f"127.0.0.1:{self.exporter.port}"]}],
             }],
-        }, sort_keys=False))
-        check = subprocess.run(["promtool", "check", "config", str(cfg)], capture_output=True, text=True)
-        if check.returncode != 0:
-            raise AssertionError(f"promtool check config failed:\n{check.stdout}{check.stderr}")
-        (self.tmp / "prometheus-data").mkdir()
-        self.prometheus = ManagedProcess("prometheus", [
-            binary, f"--config.file={cfg}", f"--storage.tsdb.path={self.tmp / 'prometheus-data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--log.level=info",
-        ], self.tmp / "prometheus.log").start()
+        }, binary=binary, check_config=True)
+        self.prom_url = self.prometheus.url
+        self.prom = self.prometheus.api
         self.clock.guards.append(self.prometheus.check_alive)
-        self.prom = PromAPI(self.prom_url)
         self.clock.log(f"prometheus pid {self.prometheus.pid} on {self.prom_url}")
         return self.prometheus
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def check_dashboards(self, pins: Mapping[str, str]) -> list[str]:
+        """Run tools/dashboards/queries.py against this Prometheus; every query must return series.
+
+        Single-value variables named in ``pins`` take that value; multi-value ones stay "All"; the
+        rest (`job`) are resolved by queries.py from Prometheus.  Returns a line per dashboard.
+        """
+        prom = self.prom
+        assert prom is not None
+        report: list[str] = []
+        failures: list[str] = []
+        t = time.monotonic()
+        total = 0
+        for f in sorted(DASHBOARDS.glob("*.json")):
+            dash = json.loads(f.read_text())
+            pinned = {v["name"]: pins[v["name"]] for v in (dash.get("templating") or {}).get("list") or []
+                      if v.get("name") in pins and not (v.get("multi") or v.get("includeAll"))}
+            queries = dashboard_queries(self.prom_url, [f], pinned)
+            assert queries, f"queries.py printed no query for {f.name}"
+            now = time.time()
+            empty = []
+            for q in queries:
+                total += 1
+                where = f"{f.name} panel {q['panel_id']} {q['panel']!r} {q['refId']}"
+                try:
+                    res = prom.query(q["expr"], at=now)
+                except AssertionError as e:
+                    failures.append(f"{where}: query error {e}\n    {q['expr']}")
+                    continue
+                if not res:
+                    failures.append(f"{where}: no series (instant)\n    {q['expr']}")
+                    empty.append(where)
+                    continue
+                if not q["instant"]:
+                    rng = prom.query_range(q["expr"], now - 30, now, 1)
+                    if not rng:
+                        failures.append(f"{where}: no series (range, last 30 s)\n    {q['expr']}")
+                        continue
+            report.append(f"{f.name}: {len(queries)} queries, {len(queries) - len(empty)} with data"
+                          + (f" (pinned {', '.join(f'{k}={v}' for k, v in pinned.items())})" if pinned else ""))
+        self.clock.log(f"dashboards: {total} queries evaluated in {time.monotonic() - t:.2f}s")
+        assert not failures, "dashboard queries without data or with errors:\n" + "\n".join(failures)
+        return report
 
     # -- stop -------------------------------------------------------------------------------
 
@@ -524,12 +387,18 @@ class Stack:
                  if x is not None]
         t = time.monotonic()
         errs = stop_all(order)
-        if self.prom is not None:
-            self.prom.close()
-        rcs = []
-        for name, p in (("prometheus", self.prometheus), ("alertmanager", self.alertmanager),
-                        ("exporter", self.exporter)):
-            if p is not None and p.proc is not None:
-                rcs.append(f"{name} pid {p.proc.pid} rc {p.proc.returncode}")
+        rcs = [f"{p.name} pid {p.pid} rc {p.returncode()}"
+               for p in (self.prometheus, self.alertmanager, self.exporter) if p is not None and p.proc is not None]
         self.clock.log(f"stopped everything in {time.monotonic() - t:.2f}s: {', '.join(rcs)}")
         return errs
+
+    def failure_report(self, tail: int = 150) -> list[tuple[str, str]]:
+        """Failure-report sections (pykit.diagnostics): process logs, emulator requests, webhook deliveries."""
+        sections = [log_section(p, tail) for p in (self.exporter, self.prometheus, self.alertmanager)
+                    if p is not None]
+        if self.kube is not None:
+            sections += self.kube.failure_report()
+        if self.webhook is not None:
+            text = "\n".join(f"{a.status:8} {a.labels}" for a in self.webhook.alerts())
+            sections.append(("webhook deliveries", text or "(none)"))
+        return sections

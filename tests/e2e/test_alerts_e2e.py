@@ -28,28 +28,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from stack import (
-    DASHBOARDS,
-    DERIVED_GROUP_SUFFIX,
-    QUERIES_PY,
-    SHIPPED_RULES,
-    Clock,
-    DeliveredAlert,
-    WaitTimeout,
-    Stack,
-    derive_short_for_rules,
-    parse_duration,
-    parse_rfc3339,
-    utc,
-)
-
-from harness import (  # tests/integration/harness.py, read-only
-    ALL_RESOURCES,
+from pykit.builders import (
     LOCK_INFO_ANNOTATION,
     capi_cluster,
     force_unlock_event,
@@ -62,6 +45,19 @@ from harness import (  # tests/integration/harness.py, read-only
     runner_pod_name,
     state_suffix,
     terraform_object,
+)
+from pykit.kube import ALL_RESOURCES
+from pykit.net import WaitTimeout, http_ok
+from stack import (
+    DERIVED_GROUP_SUFFIX,
+    SHIPPED_RULES,
+    Clock,
+    DeliveredAlert,
+    Stack,
+    derive_short_for_rules,
+    parse_duration,
+    parse_rfc3339,
+    utc,
 )
 
 NS_A, NS_B = "team-a", "team-b"
@@ -137,7 +133,7 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
 
     webhook = stack.start_webhook()
     stack.start_alertmanager(tools["prometheus-alertmanager"])
-    clock.wait("alertmanager /-/ready", lambda: _http_ok(stack.am_url + "/-/ready"), 30)
+    clock.wait("alertmanager /-/ready", lambda: http_ok(stack.am_url + "/-/ready"), 30)
 
     derived = tmp_path / "captf-lock-exporter.e2e-short-for.rules.yaml"
     changed = derive_short_for_rules(SHIPPED_RULES, derived, SHORTEN)
@@ -308,7 +304,9 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
     clock.wait("4 held locks in Prometheus (web, db own_live; pool own_stale; bastion foreign)",
                lambda: prom.value("sum(captf_state_locks_held)") == 4, 10)
     assert not webhook.find(A_OVERDUE, "resolved", **FOREIGN), "the foreign lock must still be held here"
-    dash_report = _check_dashboards(stack, clock)
+    # Single-value variables (the drill-down's namespace/kind/name) pinned to db: held by its new
+    # runner and force-unlocked after the exporter started.
+    dash_report = stack.check_dashboards(pins={k: FORCED[k] for k in ("namespace", "kind", "name")})
     summary.extend(dash_report)
 
     # ---- 6. ForeignOverdue fires (shipped rule, for 1m), then resolves on release -------------
@@ -451,12 +449,6 @@ def _watch_metrics(exporter: Any) -> str:
                      and not l.rstrip().endswith(" 0"))
 
 
-def _http_ok(url: str) -> bool:
-    import requests
-
-    return requests.get(url, timeout=2).status_code == 200
-
-
 def _check_alert(a: DeliveredAlert, alertname: str, obj: dict[str, str], severity: str) -> None:
     lab = a.labels
     want = {"alertname": alertname, **obj, "severity": severity}
@@ -476,56 +468,3 @@ def _alert_value(prom: Any, alertname: str, name: str) -> float:
         if a["labels"].get("alertname") == alertname and a["labels"].get("name") == name:
             return float(a["value"])
     raise AssertionError(f"{alertname} for {name} not active in Prometheus: {prom.alerts()}")
-
-
-def _check_dashboards(stack: Stack, clock: Clock) -> list[str]:
-    """Run tools/dashboards/queries.py against this Prometheus; every query must return series.
-
-    Single-value variables (the drill-down's namespace/kind/name) are pinned to db: held by its new
-    runner and force-unlocked after the exporter started. Multi-value ones stay "All"; `job` is
-    resolved by queries.py from Prometheus.
-    """
-    prom = stack.prom
-    assert prom is not None
-    pins = {"namespace": FORCED["namespace"], "kind": FORCED["kind"], "name": FORCED["name"]}
-    report: list[str] = []
-    failures: list[str] = []
-    t = time.monotonic()
-    total = 0
-    for f in sorted(DASHBOARDS.glob("*.json")):
-        dash = json.loads(f.read_text())
-        args = [sys.executable, str(QUERIES_PY), "--prometheus", stack.prom_url, "--rate-interval", "1m"]
-        pinned = []
-        for v in (dash.get("templating") or {}).get("list") or []:
-            if v.get("name") in pins and not (v.get("multi") or v.get("includeAll")):
-                args += ["--var", f"{v['name']}={pins[v['name']]}"]
-                pinned.append(f"{v['name']}={pins[v['name']]}")
-        args.append(str(f))
-        out = subprocess.run(args, capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, f"queries.py {f.name} failed: {out.stderr}"
-        queries = [json.loads(l) for l in out.stdout.splitlines() if l.strip()]
-        assert queries, f"queries.py printed no query for {f.name}"
-        now = time.time()
-        empty = []
-        for q in queries:
-            total += 1
-            where = f"{f.name} panel {q['panel_id']} {q['panel']!r} {q['refId']}"
-            try:
-                res = prom.query(q["expr"], at=now)
-            except AssertionError as e:
-                failures.append(f"{where}: query error {e}\n    {q['expr']}")
-                continue
-            if not res:
-                failures.append(f"{where}: no series (instant)\n    {q['expr']}")
-                empty.append(where)
-                continue
-            if not q["instant"]:
-                rng = prom.query_range(q["expr"], now - 30, now, 1)
-                if not rng:
-                    failures.append(f"{where}: no series (range, last 30 s)\n    {q['expr']}")
-                    continue
-        report.append(f"{f.name}: {len(queries)} queries, {len(queries) - len(empty)} with data"
-                      + (f" (pinned {', '.join(pinned)})" if pinned else ""))
-    clock.log(f"dashboards: {total} queries evaluated in {time.monotonic() - t:.2f}s")
-    assert not failures, "dashboard queries without data or with errors:\n" + "\n".join(failures)
-    return report

@@ -8,39 +8,29 @@ Fault injection:
                   start_exporter(upstream=fault_proxy.url).
 Environment:
   EXPORTER_BIN  -- path of the binary (default /work/main/target/debug/captf-lock-exporter).
+The shared pieces are in tests/pykit (pytest.ini puts tests/ on sys.path); failure reports come from
+its pytest plugin, pykit.pytest_hooks (sources registered with pykit.diagnostics.on_failure).
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from faults import FaultProxy
+from pykit.diagnostics import log_section, on_failure
+from pykit.exporter import LATENCIES, Exporter, ExporterDied, exporter_bin
+from pykit.kube import ALL_RESOURCES, KubeEmulator, write_kubeconfig
 
-from harness import (  # noqa: E402
-    ALL_RESOURCES,
-    LATENCIES,
-    DEFAULT_EXPORTER_BIN,
-    Exporter,
-    ExporterDied,
-    KubeEmulator,
-    write_kubeconfig,
-)
-from faults import FaultProxy  # noqa: E402
+pytest_plugins = ("pykit.pytest_hooks",)
 
 LOG_TAIL_LINES = 400
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kube(omit=[...], add=[...]): resources the emulator (does not) serve")
-
-
-def exporter_bin() -> str:
-    return os.environ.get("EXPORTER_BIN", DEFAULT_EXPORTER_BIN)
 
 
 @pytest.fixture
@@ -53,14 +43,19 @@ def kube_resources(request: pytest.FixtureRequest) -> tuple[str, ...]:
     return tuple(r for r in ALL_RESOURCES if r not in omit) + tuple(add)
 
 
+def _serving(server: KubeEmulator | FaultProxy, request: pytest.FixtureRequest) -> Iterator:
+    """For a fixture: start ``server``, report its requests if the test fails, stop it at teardown."""
+    server.start()
+    on_failure(request.node, server.failure_report)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def kube(kube_resources: tuple[str, ...], request: pytest.FixtureRequest) -> Iterator[KubeEmulator]:
-    emu = KubeEmulator(kube_resources).start()
-    request.node._itest_kube = emu
-    try:
-        yield emu
-    finally:
-        emu.stop()
+    yield from _serving(KubeEmulator(kube_resources), request)
 
 
 @pytest.fixture
@@ -71,7 +66,7 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
     Create objects before calling it to exercise the initial list, after it for watch events.
     """
     started: list[Exporter] = []
-    request.node._itest_exporters = started
+    on_failure(request.node, lambda: [log_section(exp, LOG_TAIL_LINES) for exp in started])
 
     def start(wait_watched: bool = True, extra_args: tuple[str, ...] = (), upstream: str | None = None) -> Exporter:
         # ``upstream``: the API server URL the kubeconfig names instead of the emulator's (a FaultProxy
@@ -109,49 +104,13 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
 def fault_proxy(kube: KubeEmulator, request: pytest.FixtureRequest) -> Iterator[FaultProxy]:
     """A FaultProxy (faults.py) in front of ``kube``, in pass mode.  Request it before
     ``start_exporter`` so that the exporter stops first."""
-    proxy = FaultProxy(kube.url).start()
-    request.node._itest_proxy = proxy
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
+    yield from _serving(FaultProxy(kube.url), request)
 
 
 @pytest.fixture
 def exporter(start_exporter: Callable[..., Exporter]) -> Exporter:
     """The exporter, started against an empty emulator, with every served resource watched."""
     return start_exporter()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
-    outcome = yield
-    rep = outcome.get_result()
-    if not rep.failed:
-        return
-    for exp in getattr(item, "_itest_exporters", []):
-        lines = exp.log_text().splitlines()
-        head = f"log file {exp.log_path} ({len(lines)} lines"
-        if len(lines) > LOG_TAIL_LINES:
-            head += f", last {LOG_TAIL_LINES} shown"
-        rc = exp.proc.poll() if exp.proc is not None else None
-        head += f"; process {'running' if rc is None else f'exited with {rc}'})"
-        rep.sections.append((f"exporter log [{rep.when}]",
-                             head + "\n" + "\n".join(lines[-LOG_TAIL_LINES:])))
-    proxy = getattr(item, "_itest_proxy", None)
-    if proxy is not None:
-        entries = proxy.log()
-        rep.sections.append((f"fault proxy requests [{rep.when}] (last 300 of {len(entries)}; "
-                             "seconds since the first)", proxy.format_log(entries[-300:],
-                                                                          entries[0].t if entries else 0.0)))
-    kube = getattr(item, "_itest_kube", None)
-    if kube is not None and kube.k is not None:
-        try:
-            reqs = kube.requests()
-            text = "\n".join(f"{'H' if r.harness else 'E'} {r.method} {r.path} {r.query}" for r in reqs[-200:])
-            rep.sections.append((f"emulator requests [{rep.when}] (H=harness, E=exporter)", text))
-        except Exception as e:  # noqa: BLE001
-            rep.sections.append((f"emulator requests [{rep.when}]", f"unavailable: {e!r}"))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -23,7 +23,8 @@ ends cleanly ``timeoutSeconds`` after it was forwarded (not while the proxy hang
 
 ``proxy.log()`` returns a snapshot of every request seen: method, path, query, arrival time
 (monotonic and wall clock), the mode at arrival, the status answered (None while unanswered) and
-when. The proxy runs its own asyncio loop in a daemon thread, like the emulator in harness.py.
+when. The proxy runs its own asyncio loop in a daemon thread (pykit.aioloop.LoopThread), like
+the emulator in pykit/kube.py.
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ import json
 import socket
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import aiohttp
 from aiohttp import web
+
+from pykit.aioloop import LoopThread
 
 #: Headers that belong to one connection, never forwarded (RFC 9110 7.6.1), plus the framing ones
 #: that aiohttp sets itself.
@@ -94,19 +97,18 @@ def _status_body(code: int, retry_after: int | None) -> dict[str, Any]:
     return body
 
 
-class FaultProxy:
+class FaultProxy(LoopThread):
     """See the module docstring."""
 
+    what = "fault proxy"
+    thread_name = "fault-proxy"
+
     def __init__(self, upstream: str, *, honour_timeout_seconds: bool = True, shutdown_timeout: float = 1.0):
+        super().__init__()
         self.upstream = upstream.rstrip("/")
         self.honour_timeout_seconds = honour_timeout_seconds
         self.shutdown_timeout = shutdown_timeout
         self.port = 0
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
         self._mode = _Mode()
         self._changed: asyncio.Event | None = None  # set (and replaced) on every mode switch
         self._cut_epoch = 0  # bumped when entering status mode: open streams end
@@ -120,63 +122,29 @@ class FaultProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "FaultProxy":
-        self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("fault proxy did not start within 10 s")
-        if self._error is not None:
-            raise RuntimeError("fault proxy failed to start") from self._error
-        return self
-
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            self._changed = asyncio.Event()
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),  # no pool limit: a full pool would be a hidden hang
-                auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None),
-                skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"))
-            server = web.Server(self._handle, handler_cancellation=True)
-            runner = web.ServerRunner(server, shutdown_timeout=self.shutdown_timeout)
-            await runner.setup()
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-            site = web.SockSite(runner, sock)
-            await site.start()
-            self._ready.set()
-            try:
-                await self._stop.wait()
-            finally:
-                self._changed.set()  # wake held handlers so that they notice the shutdown
-                await runner.cleanup()
-                await self._session.close()
-
+    async def _serve(self) -> None:
+        assert self._stop is not None
+        self._changed = asyncio.Event()
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),  # no pool limit: a full pool would be a hidden hang
+            auto_decompress=False, timeout=aiohttp.ClientTimeout(total=None),
+            skip_auto_headers=("Accept-Encoding", "User-Agent", "Content-Type"))
+        server = web.Server(self._handle, handler_cancellation=True)
+        runner = web.ServerRunner(server, shutdown_timeout=self.shutdown_timeout)
+        await runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        site = web.SockSite(runner, sock)
+        await site.start()
+        self._ready.set()
         try:
-            loop.run_until_complete(main())
-        except BaseException as e:  # noqa: BLE001
-            self._error = e
-            self._ready.set()
+            await self._stop.wait()
         finally:
-            try:
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            except Exception:  # noqa: BLE001
-                pass
-            loop.close()
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
-            try:
-                self._loop.call_soon_threadsafe(self._stop.set)
-            except RuntimeError:
-                pass
-        if self._thread is not None:
-            self._thread.join(timeout)
+            self._changed.set()  # wake held handlers so that they notice the shutdown
+            await runner.cleanup()
+            await self._session.close()
 
     def __enter__(self) -> "FaultProxy":
         return self.start()
@@ -196,8 +164,7 @@ class FaultProxy:
             old.set()
             return time.monotonic()
 
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(apply(), self._loop).result(5)
+        return self._call(apply)
 
     def pass_(self) -> float:
         """Forward every request; held requests and frozen streams continue."""
@@ -244,6 +211,12 @@ class FaultProxy:
                          f"{r.status if r.status is not None else 'unanswered'}"
                          f"{' (client gone)' if r.client_gone else ''}")
         return "\n".join(lines)
+
+    def failure_report(self, last: int = 300) -> list[tuple[str, str]]:
+        """A failure-report section (pykit.diagnostics): the last ``last`` requests seen."""
+        entries = self.log()
+        return [(f"fault proxy requests (last {min(last, len(entries))} of {len(entries)}; seconds since "
+                 "the first)", self.format_log(entries[-last:], entries[0].t if entries else 0.0))]
 
     # -- the handler --------------------------------------------------------------------------------
 

@@ -30,20 +30,10 @@ from typing import Callable
 import pytest
 
 from faults import FaultProxy
-from harness import (
-    LATENCIES,
-    E,
-    Exporter,
-    KubeEmulator,
-    Metrics,
-    lease_name,
-    lock_lease,
-    state_suffix,
-    terraform_object,
-    wait_for,
-    wait_metric,
-    wait_samples,
-)
+from pykit.builders import lease_name, lock_lease, state_suffix, terraform_object
+from pykit.exporter import E, LATENCIES, Exporter, Metrics, wait_metric, wait_samples
+from pykit.kube import KubeEmulator
+from pykit.net import wait_for
 
 NS = "faults"
 M = "TerraformMachine"

@@ -8,10 +8,7 @@ from typing import Callable
 
 import pytest
 
-from harness import (
-    E,
-    Exporter,
-    KubeEmulator,
+from pykit.builders import (
     LOCK_INFO_ANNOTATION,
     lease,
     lease_name,
@@ -22,8 +19,9 @@ from harness import (
     runner_pod_name,
     state_suffix,
     terraform_object,
-    wait_samples,
 )
+from pykit.exporter import E, Exporter, wait_samples
+from pykit.kube import KubeEmulator
 
 NS = "team-a"
 M = "TerraformMachine"

@@ -18,7 +18,9 @@ import pytest
 import requests
 
 from faults import FaultProxy
-from harness import RESOURCES, KubeEmulator, lock_lease, wait_for
+from pykit.builders import lock_lease
+from pykit.kube import RESOURCES, KubeEmulator
+from pykit.net import wait_for
 
 NS = "proxy-ns"
 LEASES = RESOURCES["leases"]

@@ -6,16 +6,9 @@ import datetime as dt
 import time
 from typing import Callable
 
-from harness import (
-    PRESENT,
-    E,
-    Exporter,
-    KubeEmulator,
-    force_unlock_event,
-    now_utc,
-    terraform_object,
-    wait_samples,
-)
+from pykit.builders import force_unlock_event, now_utc, terraform_object
+from pykit.exporter import E, PRESENT, Exporter, wait_samples
+from pykit.kube import KubeEmulator
 
 NS = "team-a"
 M = "TerraformMachine"

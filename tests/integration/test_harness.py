@@ -12,19 +12,17 @@ import threading
 import pytest
 import requests
 
-from harness import (
-    ALL_RESOURCES,
-    KubeEmulator,
+from pykit.builders import (
     LOCK_INFO_ANNOTATION,
-    RESOURCES,
     job_name,
     lock_info_doc,
     lock_lease,
     pod,
     runner_pod_name,
     state_suffix,
-    wait_for,
 )
+from pykit.kube import ALL_RESOURCES, RESOURCES, KubeEmulator
+from pykit.net import wait_for
 
 
 def test_state_suffix_matches_captf_vectors() -> None:

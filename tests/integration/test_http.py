@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
-from harness import CLASSES, OPENMETRICS_CONTENT_TYPE, PROM_ACCEPT, Exporter, wait_for
+from pykit.builders import CLASSES
+from pykit.exporter import OPENMETRICS_CONTENT_TYPE, PROM_ACCEPT, Exporter
+from pykit.net import wait_for
 
 
 def test_healthz_is_200(exporter: Exporter) -> None:

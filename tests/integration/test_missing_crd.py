@@ -6,15 +6,9 @@ from typing import Callable
 
 import pytest
 
-from harness import (
-    ALL_RESOURCES,
-    E,
-    Exporter,
-    KubeEmulator,
-    lock_lease,
-    terraform_object,
-    wait_samples,
-)
+from pykit.builders import lock_lease, terraform_object
+from pykit.exporter import E, Exporter, wait_samples
+from pykit.kube import ALL_RESOURCES, KubeEmulator
 
 NS = "team-a"
 

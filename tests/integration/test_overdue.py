@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from harness import (
-    E,
-    Exporter,
-    KubeEmulator,
-    lock_lease,
-    now_utc,
-    runner_pod_name,
-    terraform_object,
-    wait_samples,
-)
+from pykit.builders import lock_lease, now_utc, runner_pod_name, terraform_object
+from pykit.exporter import E, Exporter, wait_samples
+from pykit.kube import KubeEmulator
 
 NS = "team-a"
 M = "TerraformMachine"

@@ -6,19 +6,10 @@ import time
 
 import pytest
 
-from harness import (
-    LATENCIES,
-    E,
-    Exporter,
-    KubeEmulator,
-    lock_lease,
-    pod,
-    runner_pod_name,
-    terraform_object,
-    wait_for,
-    wait_metric,
-    wait_samples,
-)
+from pykit.builders import lock_lease, pod, runner_pod_name, terraform_object
+from pykit.exporter import E, LATENCIES, Exporter, wait_metric, wait_samples
+from pykit.kube import KubeEmulator
+from pykit.net import wait_for
 
 NS = "team-a"
 M = "TerraformMachine"

@@ -8,12 +8,7 @@ from __future__ import annotations
 
 import collections
 
-from harness import (
-    ALL_RESOURCES,
-    RESOURCES,
-    E,
-    Exporter,
-    KubeEmulator,
+from pykit.builders import (
     force_unlock_event,
     lease_name,
     lock_lease,
@@ -21,8 +16,9 @@ from harness import (
     runner_pod_name,
     state_suffix,
     terraform_object,
-    wait_samples,
 )
+from pykit.exporter import E, Exporter, wait_samples
+from pykit.kube import ALL_RESOURCES, RESOURCES, KubeEmulator
 
 NS = "team-a"
 M = "TerraformMachine"

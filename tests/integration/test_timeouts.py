@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import (
-    E,
-    Exporter,
-    KubeEmulator,
-    capi_cluster,
-    terraform_object,
-    wait_samples,
-)
+from pykit.builders import capi_cluster, terraform_object
+from pykit.exporter import E, Exporter, wait_samples
+from pykit.kube import KubeEmulator
 
 NS = "tmo"
 TC, TM, TMP = "TerraformCluster", "TerraformMachine", "TerraformMachinePool"

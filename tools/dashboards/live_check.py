@@ -16,24 +16,24 @@ which a parser cannot. The end-to-end test (tests/e2e/) does the same against
 the real exporter.
 
 Usage: live_check.py [DASHBOARD.json ...]  (default: every dashboards/*.json)
-Standard library only. Exit 1 on any failure.
+Standard library and the standard-library part of the shared test kit tests/pykit
+(process, net, prometheus). Exit 1 on any failure.
 """
 
 import http.server
-import json
 import os
 import pathlib
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.parse
-import urllib.request
 
-HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests"))
+from pykit.net import WaitTimeout, wait_for  # noqa: E402
+from pykit.process import ProcessDied  # noqa: E402
+from pykit.prometheus import dashboard_queries, start_prometheus  # noqa: E402
+
 JOB = "captf-lock-exporter"
 START = time.time()
 
@@ -120,21 +120,6 @@ def serve(replica):
     return srv
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def api(base, path, **params):
-    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return json.load(r)
-    except urllib.error.HTTPError as e:
-        return json.load(e)
-
-
 def main():
     if not shutil.which("prometheus"):
         if os.environ.get("DASHBOARDS_SKIP_LIVE") == "1":
@@ -147,51 +132,41 @@ def main():
     t0 = time.time()
     replicas = [serve(0), serve(1)]
     tmp = tempfile.mkdtemp(prefix="dash-live-")
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    cfg = pathlib.Path(tmp, "prometheus.yml")
-    cfg.write_text(json.dumps({
+    prom = start_prometheus(pathlib.Path(tmp), {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "scrape_configs": [{"job_name": JOB, "static_configs": [
             {"targets": [f"127.0.0.1:{s.server_address[1]}" for s in replicas]}]}],
-    }))
-    log = open(pathlib.Path(tmp, "prometheus.log"), "w")
-    prom = subprocess.Popen(
-        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT)
+    }, log_level="warn")
+    base, api = prom.url, prom.api.raw
     failures, passed = [], 0
     try:
         # Wait for both targets and enough samples for rate()/increase().
-        deadline = time.time() + 60
-        while True:
-            if prom.poll() is not None:
-                raise RuntimeError(f"prometheus exited {prom.returncode}: {pathlib.Path(tmp, 'prometheus.log').read_text()}")
-            try:
-                r = api(base, "query", query=f'min(count_over_time(up{{job="{JOB}"}}[1m])) and count(up{{job="{JOB}"}} == 1) == 2')
-                res = r.get("data", {}).get("result", [])
-                if res and float(res[0]["value"][1]) >= 4:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError("prometheus did not scrape both fixture replicas within 60 s")
-            time.sleep(0.5)
+        def scraped_enough():
+            prom.check_alive()
+            r = api("query", query=f'min(count_over_time(up{{job="{JOB}"}}[1m])) and count(up{{job="{JOB}"}} == 1) == 2')
+            res = r.get("data", {}).get("result", [])
+            return res and float(res[0]["value"][1]) >= 4
 
-        q = subprocess.run([sys.executable, str(HERE / "queries.py"), "--prometheus", base, "--rate-interval", "1m", *sys.argv[1:]],
-                           capture_output=True, text=True)
-        if q.returncode != 0:
-            raise RuntimeError(f"queries.py failed: {q.stderr}")
-        queries = [json.loads(l) for l in q.stdout.splitlines() if l.strip()]
+        try:
+            wait_for(scraped_enough, 60, "prometheus to scrape both fixture replicas", interval=0.5)
+        except ProcessDied as e:
+            raise RuntimeError(str(e)) from None
+        except WaitTimeout as e:
+            raise RuntimeError(f"prometheus did not scrape both fixture replicas within 60 s: {e}") from None
+
+        try:
+            queries = dashboard_queries(base, sys.argv[1:])
+        except AssertionError as e:
+            raise RuntimeError(str(e)) from None
         results = {}
         now = time.time()
         for item in queries:
             key = (item["dashboard"], item["panel_id"], item["refId"])
             where = f'{item["dashboard"]} panel {item["panel_id"]} {item["panel"]!r} {item["refId"]}'
             if item["instant"]:
-                r = api(base, "query", query=item["expr"], time=now)
+                r = api("query", query=item["expr"], time=now)
             else:
-                r = api(base, "query_range", query=item["expr"], start=now - 30, end=now, step=2)
+                r = api("query_range", query=item["expr"], start=now - 30, end=now, step=2)
             if r.get("status") != "success":
                 failures.append(f"{where}: {r.get('error')}\n      {item['expr']}")
                 continue
@@ -243,13 +218,7 @@ def main():
     except RuntimeError as e:
         failures.append(str(e))
     finally:
-        prom.terminate()
-        try:
-            prom.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            prom.kill()
-            prom.wait()
-        log.close()
+        prom.stop(timeout=20)
         for s in replicas:
             s.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,231 @@
+"""Checks of rendered objects (RBAC, pods, ports, workload, dashboards, rules) for check_chart.py."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from chart_common import (
+    CLUSTER_SCOPED,
+    NAMESPACE,
+    RBAC_RESOURCES,
+    RBAC_VERBS,
+    UID,
+    Fail,
+    by_kind,
+    expect,
+    ident,
+    one,
+    parsed_groups,
+)
+
+
+# --------------------------------------------------------------------------
+# Object checks (each raises Fail)
+
+def check_rbac_rules(rules: list[dict[str, Any]], where: str) -> None:
+    seen: set[tuple[str, str]] = set()
+    for r in rules:
+        expect(set(r) <= {"apiGroups", "resources", "verbs"},
+               f"{where}: rule has {sorted(set(r) - {'apiGroups', 'resources', 'verbs'})} (resourceNames/nonResourceURLs not expected)")
+        verbs = set(r.get("verbs", []))
+        expect(verbs == RBAC_VERBS, f"{where}: verbs {sorted(verbs)} != get/list/watch")
+        for g in r.get("apiGroups", []):
+            for res in r.get("resources", []):
+                expect("*" not in g and "*" not in res, f"{where}: wildcard in {g!r}/{res!r}")
+                seen.add((g, res))
+    expect(seen == RBAC_RESOURCES,
+           f"{where}: resources differ from docs/contract.md section 10: extra {sorted(seen - RBAC_RESOURCES)}, missing {sorted(RBAC_RESOURCES - seen)}")
+
+
+def check_rbac(objs: list[dict[str, Any]], values: dict[str, Any], sa_name: str) -> str:
+    namespaces = values.get("watchNamespaces") or []
+    crs, crbs = by_kind(objs, "ClusterRole"), by_kind(objs, "ClusterRoleBinding")
+    roles, rbs = by_kind(objs, "Role"), by_kind(objs, "RoleBinding")
+    if not namespaces:
+        expect(len(crs) == 1 and len(crbs) == 1 and not roles and not rbs,
+               f"expected 1 ClusterRole + 1 ClusterRoleBinding and no Role, got {len(crs)}/{len(crbs)}/{len(roles)}/{len(rbs)}")
+        pairs = [(crs[0], crbs[0], "ClusterRole")]
+    else:
+        expect(not crs and not crbs, "watchNamespaces set but a ClusterRole/ClusterRoleBinding was rendered")
+        expect(sorted(r["metadata"]["namespace"] for r in roles) == sorted(namespaces),
+               f"Roles in {sorted(r['metadata'].get('namespace') for r in roles)}, want {sorted(namespaces)}")
+        expect(sorted(b["metadata"]["namespace"] for b in rbs) == sorted(namespaces),
+               f"RoleBindings in {sorted(b['metadata'].get('namespace') for b in rbs)}, want {sorted(namespaces)}")
+        pairs = []
+        for r in roles:
+            b = [b for b in rbs if b["metadata"]["namespace"] == r["metadata"]["namespace"]][0]
+            pairs.append((r, b, "Role"))
+    for role, binding, kind in pairs:
+        check_rbac_rules(role["rules"], ident(role))
+        ref = binding["roleRef"]
+        expect(ref == {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role["metadata"]["name"]},
+               f"{ident(binding)}: roleRef {ref} does not name {ident(role)}")
+        expect(binding["subjects"] == [{"kind": "ServiceAccount", "name": sa_name, "namespace": NAMESPACE}],
+               f"{ident(binding)}: subjects {binding['subjects']} != ServiceAccount {NAMESPACE}/{sa_name}")
+    return f"{len(pairs)} {'ClusterRole' if not namespaces else 'Role'}(s), verbs get/list/watch, {len(RBAC_RESOURCES)} resources"
+
+
+def check_pod_hardening(pod: dict[str, Any], container: dict[str, Any], where: str, pod_level: bool = True) -> None:
+    if pod_level:
+        psc = pod.get("securityContext", {})
+        expect(psc.get("runAsNonRoot") is True, f"{where}: pod runAsNonRoot is not true")
+        expect(psc.get("runAsUser") == UID, f"{where}: pod runAsUser {psc.get('runAsUser')} != {UID}")
+        expect(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{where}: pod seccompProfile not RuntimeDefault")
+    sc = container.get("securityContext", {})
+    expect(sc.get("runAsNonRoot") is True, f"{where}: container runAsNonRoot is not true")
+    expect(sc.get("runAsUser") == UID, f"{where}: container runAsUser {sc.get('runAsUser')} != {UID}")
+    expect(sc.get("readOnlyRootFilesystem") is True, f"{where}: readOnlyRootFilesystem is not true")
+    expect(sc.get("allowPrivilegeEscalation") is False, f"{where}: allowPrivilegeEscalation is not false")
+    expect(sc.get("privileged") in (None, False), f"{where}: privileged")
+    expect(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{where}: capabilities.drop != [ALL]")
+    expect(not sc.get("capabilities", {}).get("add"), f"{where}: capabilities.add")
+    expect(sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{where}: container seccompProfile not RuntimeDefault")
+
+
+IANA_SVC_NAME = re.compile(r"^(?=.{1,15}$)(?=.*[a-z])[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_LABEL = re.compile(r"^(?=.{1,63}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+CM_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+def check_pod_ports(pod: dict[str, Any], where: str) -> None:
+    names: list[str] = []
+    for c in pod.get("containers", []):
+        for p in c.get("ports", []):
+            if "name" in p:
+                expect(bool(IANA_SVC_NAME.match(p["name"])), f"{where}: port name {p['name']!r} is not an IANA_SVC_NAME (<=15 chars)")
+                names.append(p["name"])
+    expect(len(names) == len(set(names)), f"{where}: duplicate port names in the pod: {sorted(names)}")
+    cnames = [c["name"] for c in pod.get("containers", [])]
+    expect(len(cnames) == len(set(cnames)), f"{where}: duplicate container names {cnames}")
+
+
+def check_generic(objs: list[dict[str, Any]]) -> str:
+    seen: set[tuple[str, str, str, str]] = set()
+    for o in objs:
+        md = o["metadata"]
+        group = o["apiVersion"].rsplit("/", 1)[0] if "/" in o["apiVersion"] else ""
+        key = (group, o["kind"], md.get("namespace", ""), md.get("name", ""))
+        expect(key not in seen, f"duplicate object {ident(o)}")
+        seen.add(key)
+        expect(bool(DNS_SUBDOMAIN.match(md.get("name", ""))), f"{ident(o)}: name is not a DNS-1123 subdomain")
+        if o["kind"] in CLUSTER_SCOPED:
+            expect("namespace" not in md, f"{ident(o)}: cluster-scoped object with a namespace")
+        else:
+            expect(bool(DNS_LABEL.match(md.get("namespace", ""))), f"{ident(o)}: namespaced object without a valid namespace")
+        for k, v in (md.get("labels") or {}).items():
+            expect(isinstance(v, str) and len(v) <= 63, f"{ident(o)}: label {k}={v!r} not a string of <=63 chars")
+    return f"{len(objs)} objects, no duplicates"
+
+
+def check_workload(objs: list[dict[str, Any]], values: dict[str, Any], merged: dict[str, Any], chart_meta: dict[str, Any]) -> str:
+    dep = one(objs, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    expect(len(pod["containers"]) == 1, "expected one container")
+    c = pod["containers"][0]
+    check_pod_hardening(pod, c, ident(dep))
+    check_pod_ports(pod, ident(dep))
+    expect(dep["spec"]["replicas"] == merged["replicaCount"], "replicas differ from values")
+    expect(c.get("resources") == merged["resources"], f"resources {c.get('resources')} != values {merged['resources']}")
+    digest = merged["image"]["digest"]
+    want_image = (f"{merged['image']['repository']}@{digest}" if digest else
+                  f"{merged['image']['repository']}:{merged['image']['tag'] or chart_meta['appVersion']}")
+    expect(c["image"] == want_image, f"image {c['image']} != {want_image}")
+    expect(c["imagePullPolicy"] == merged["image"]["pullPolicy"], "imagePullPolicy")
+    expect(pod.get("imagePullSecrets", []) == merged["imagePullSecrets"], "imagePullSecrets")
+    port = merged["port"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    expect(ports == {"metrics": port}, f"container ports {ports} != {{metrics: {port}}}")
+    expect(c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}, "livenessProbe is not GET /healthz on metrics")
+    expect(c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}, "readinessProbe is not GET /readyz on metrics")
+    host = merged["listenHost"]
+    listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    want_args = [f"--listen-address={listen}"]
+    if merged["watchNamespaces"]:
+        want_args.append("--namespaces=" + ",".join(merged["watchNamespaces"]))
+    want_args += [f"--log-format={merged['logFormat']}", f"--log-level={merged['logLevel']}", *merged["extraArgs"]]
+    expect(c["args"] == want_args, f"args {c['args']} != {want_args}")
+    sa_name = pod["serviceAccountName"]
+    sas = by_kind(objs, "ServiceAccount")
+    if merged["serviceAccount"]["create"]:
+        expect([s["metadata"]["name"] for s in sas] == [sa_name], f"ServiceAccount {[s['metadata']['name'] for s in sas]} != pod's {sa_name}")
+    else:
+        expect(not sas and sa_name == merged["serviceAccount"]["name"], "serviceAccount.create=false must use the named account and render none")
+    expect(pod.get("automountServiceAccountToken") is True, "the exporter needs its token mounted")
+    # Service -> pod
+    svc = one(objs, "Service")
+    sel = svc["spec"]["selector"]
+    expect(sel.items() <= pod_labels.items(), f"Service selector {sel} does not match the pod labels")
+    expect(dep["spec"]["selector"]["matchLabels"].items() <= pod_labels.items(), "Deployment selector does not match its pod labels")
+    sp = svc["spec"]["ports"]
+    expect(len(sp) == 1 and sp[0]["targetPort"] in ports and sp[0]["name"] == "metrics", f"Service ports {sp} do not target the container port")
+    notes = [f"{c['image']}", f"args {' '.join(c['args'])}"]
+    # ServiceMonitor -> Service
+    for sm in by_kind(objs, "ServiceMonitor"):
+        expect(sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items(), "ServiceMonitor selector does not match the Service")
+        expect(sm["spec"]["namespaceSelector"]["matchNames"] == [svc["metadata"]["namespace"]], "ServiceMonitor namespaceSelector")
+        eps = sm["spec"]["endpoints"]
+        expect([e["port"] for e in eps] == ["metrics"] and eps[0]["path"] == "/metrics", "ServiceMonitor endpoint is not port metrics, /metrics")
+        expect(eps[0]["honorLabels"] is merged["serviceMonitor"]["honorLabels"], "honorLabels")
+        jl = sm["spec"].get("jobLabel")
+        if jl:
+            expect(jl in svc["metadata"]["labels"], f"jobLabel {jl} is not a label of the Service")
+            notes.append(f"job={svc['metadata']['labels'][jl]}")
+    # NetworkPolicy -> pod
+    for np_ in by_kind(objs, "NetworkPolicy"):
+        expect(np_["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items(), "NetworkPolicy podSelector does not match the pod")
+        ing = np_["spec"]["ingress"]
+        expect(len(ing) == 1 and [p["port"] for p in ing[0]["ports"]] == ["metrics"], "NetworkPolicy ingress is not the metrics port only")
+        if merged["networkPolicy"]["ingress"]["from"]:
+            expect(ing[0].get("from") == merged["networkPolicy"]["ingress"]["from"], "NetworkPolicy ingress.from differs from values")
+        eg = np_["spec"]["egress"][0]
+        expect(sorted(p["port"] for p in eg["ports"]) == sorted(merged["networkPolicy"]["egress"]["apiServerPorts"]), "egress API server ports")
+    return "; ".join(notes)
+
+
+def check_dashboards_labels(objs: list[dict[str, Any]], merged: dict[str, Any]) -> str:
+    cms = by_kind(objs, "ConfigMap")
+    d = merged["dashboards"]
+    for cm in cms:
+        expect(cm["metadata"]["labels"].get(d["label"]) == d["labelValue"], f"{ident(cm)}: label {d['label']}={d['labelValue']!r} missing")
+        for k, v in d["labels"].items():
+            expect(cm["metadata"]["labels"].get(k) == v, f"{ident(cm)}: extra label {k}")
+        expect((cm["metadata"].get("annotations") or {}) == d["annotations"], f"{ident(cm)}: annotations")
+        expect(len(cm["data"]) == 1, f"{ident(cm)}: one dashboard per ConfigMap")
+        for k, v in cm["data"].items():
+            expect(bool(CM_KEY.match(k)), f"{ident(cm)}: key {k!r} is not a valid ConfigMap key")
+            size = len(k.encode()) + len(v.encode())
+            expect(size < 1024 * 1024, f"{ident(cm)}: {size} bytes, over the 1 MiB ConfigMap limit")
+            json.loads(v)
+    return f"{len(cms)} ConfigMap(s) labelled {d['label']}={d['labelValue']}"
+
+
+def compare_rule_groups(rendered_groups: Any, files: list[Path]) -> str:
+    want = parsed_groups(files)
+    if rendered_groups != want:
+        for i, (a, b) in enumerate(zip(rendered_groups or [], want)):
+            if a != b:
+                raise Fail(f"group {i} ({b.get('name') if isinstance(b, dict) else b}) differs:\n  rendered {json.dumps(a)[:400]}\n  source   {json.dumps(b)[:400]}")
+        raise Fail(f"{len(rendered_groups or [])} rendered groups, {len(want)} in the source files")
+    return f"{len(want)} group(s) from {', '.join(f.name for f in files)}"
+
+
+def compare_dashboards(objs: list[dict[str, Any]], files: list[Path]) -> str:
+    got: dict[str, str] = {}
+    for cm in by_kind(objs, "ConfigMap"):
+        for k, v in cm["data"].items():
+            expect(k not in got, f"dashboard {k} in two ConfigMaps")
+            got[k] = v
+    want = {f.name: f.read_text() for f in files}
+    expect(sorted(got) == sorted(want), f"ConfigMap keys {sorted(got)} != files {sorted(want)}")
+    for k in want:
+        expect(got[k] == want[k], f"{k}: ConfigMap content differs from the file")
+        expect(json.loads(got[k]) == json.loads(want[k]), f"{k}: parsed JSON differs")
+    return f"{len(want)} dashboard(s), byte-identical"
+
+
+# --------------------------------------------------------------------------
+# External validators
