@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use captf_lock_exporter::server::handle;
 use captf_lock_exporter::shared::Shared;
-use captf_lock_exporter::verify;
-use captf_lock_exporter::watch::{self, Timing};
+use captf_lock_exporter::watch::Timing;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use support::*;
@@ -129,17 +128,7 @@ impl Logs {
 
 fn start_world(world: &World) -> (Arc<Shared>, FakeApi) {
     let api = world.api();
-    let (shared, rx) = Shared::new();
-    let client = api.client();
-    watch::spawn_all(client.clone(), shared.clone(), vec![None], Timing::DEFAULT);
-    tokio::spawn(verify::run(
-        shared.clone(),
-        client,
-        rx,
-        Duration::from_secs(3600),
-        100,
-    ));
-    (shared, api)
+    (start(&api), api)
 }
 
 const LEASES_UP: &str = "captf_lock_exporter_watch_up{resource=\"leases\"} 1";
