@@ -232,6 +232,114 @@ impl ScrapeCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::kind::Kind;
+    use crate::core::lockinfo::parse_lock_info;
+    use crate::core::suffix::{lock_lease_name, state_suffix};
+    use crate::index::{IndexResource, LockLease, ObjectKey, TfObject};
+
+    fn object(shared: &Shared, name: &str) {
+        let obj = TfObject {
+            kind: Kind::TerraformMachine,
+            name: name.into(),
+            cluster_label: None,
+            jobs: None,
+            cluster: None,
+        };
+        shared.update(|ix, now| ix.apply((obj.kind, ObjectKey::new("ns", name)), obj, now));
+    }
+
+    fn held_lock(shared: &Shared, name: &str) {
+        let suffix = state_suffix("ns", Kind::TerraformMachine, name);
+        let info = r#"{"ID":"id-1","Operation":"OperationTypeApply","Info":"","Who":"bob@laptop","Version":"1.9.0","Created":"2026-09-26T15:53:38Z","Path":""}"#;
+        let lease = LockLease::new(
+            "ns".into(),
+            suffix.clone(),
+            Some("TerraformMachine"),
+            Some(name.into()),
+            "id-1".into(),
+            parse_lock_info(info).map(Some),
+        );
+        shared
+            .update(|ix, now| ix.apply(ObjectKey::new("ns", lock_lease_name(&suffix)), lease, now));
+    }
+
+    async fn text(cache: &Arc<ScrapeCache>) -> String {
+        match cache
+            .body(Format::OpenMetrics, AcceptEncoding::Identity)
+            .await
+        {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_is_rebuilt_at_most_once_a_second_and_only_when_stale() {
+        let (shared, _rx) = Shared::new();
+        let cache = ScrapeCache::new(shared.clone());
+        object(&shared, "a");
+        assert!(text(&cache).await.contains("name=\"a\""));
+        assert_eq!(cache.renders(), 1);
+        // Nothing changed and no age shown: the body stays, however old.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        text(&cache).await;
+        assert_eq!(cache.renders(), 1, "no change, no render");
+        // A change is rendered at the next scrape...
+        object(&shared, "b");
+        assert!(text(&cache).await.contains("name=\"b\""));
+        assert_eq!(cache.renders(), 2);
+        // ...unless the body is younger than a second: then it waits.
+        object(&shared, "c");
+        assert!(
+            !text(&cache).await.contains("name=\"c\""),
+            "at most 1 s stale"
+        );
+        assert_eq!(cache.renders(), 2);
+        tokio::time::sleep(MAX_AGE).await;
+        assert!(text(&cache).await.contains("name=\"c\""));
+        assert_eq!(cache.renders(), 3);
+        // A health change counts as a change.
+        tokio::time::sleep(MAX_AGE).await;
+        shared.health.on_pod_read(crate::health::ReadResult::Found);
+        text(&cache).await;
+        assert_eq!(cache.renders(), 4);
+        // A held lock shows an age: rebuilt every second even unchanged.
+        held_lock(&shared, "a");
+        tokio::time::sleep(MAX_AGE).await;
+        assert!(text(&cache).await.contains("captf_state_lock_age_seconds{"));
+        assert_eq!(cache.renders(), 5);
+        tokio::time::sleep(MAX_AGE).await;
+        text(&cache).await;
+        assert_eq!(cache.renders(), 6, "ages moved");
+        text(&cache).await;
+        assert_eq!(cache.renders(), 6, "not within the second");
+    }
+
+    #[tokio::test]
+    async fn concurrent_scrapes_wait_for_one_render_and_one_compression() {
+        let (shared, _rx) = Shared::new();
+        for i in 0..200 {
+            object(&shared, &format!("o{i}"));
+        }
+        let cache = ScrapeCache::new(shared.clone());
+        let scrapes: Vec<_> = (0..16)
+            .map(|_| {
+                let cache = cache.clone();
+                tokio::spawn(async move {
+                    cache
+                        .body(Format::OpenMetrics, AcceptEncoding::Gzip)
+                        .await
+                        .ok()
+                })
+            })
+            .collect();
+        let mut bodies = Vec::new();
+        for s in scrapes {
+            bodies.push(s.await.ok().flatten());
+        }
+        assert!(bodies.iter().all(|b| b.is_some() && *b == bodies[0]));
+        assert_eq!((cache.renders(), cache.compressions()), (1, 1));
+    }
 
     #[test]
     fn accept_encoding_is_negotiated() {
