@@ -76,6 +76,37 @@ fn scrape(port: u16) -> Scrape {
     }
 }
 
+const PIPELINED: usize = 320;
+
+/// The number of whole responses in `bytes`, or what is wrong with its tail.
+fn whole_responses(bytes: &[u8]) -> Result<usize, String> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut rest: &str = &text;
+    let mut n = 0;
+    while !rest.is_empty() {
+        let Some((head, after)) = rest.split_once("\r\n\r\n") else {
+            return Err(format!("after {n} responses, a cut head: {rest:?}"));
+        };
+        if !head.starts_with("HTTP/1.1 200") {
+            return Err(format!("response {n}: {head}"));
+        }
+        let len = head
+            .lines()
+            .find_map(|l| {
+                let (name, v) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse::<usize>().ok())?
+            })
+            .ok_or_else(|| format!("response {n} has no length: {head}"))?;
+        if after.len() < len {
+            return Err(format!("response {n}: {} of {len} body bytes", after.len()));
+        }
+        rest = &after[len..];
+        n += 1;
+    }
+    Ok(n)
+}
+
 #[test]
 fn sigterm_lets_responses_in_flight_finish_and_exits_0() {
     let port = free_port();
@@ -108,6 +139,15 @@ fn sigterm_lets_responses_in_flight_finish_and_exits_0() {
         .expect("writes");
     let mut first = [0u8; 64];
     assert!(idle.read(&mut first).expect("reads") > 0);
+    // A response held in flight: 320 pipelined scrapes in one 8,000-byte
+    // write (hyper reads it whole, so no unread request makes the close a
+    // reset), never read until after the signal. 320 bodies of ~17 KB
+    // are more than the socket buffers hold, so the server is blocked
+    // mid-response when the signal comes.
+    let mut pipelined = TcpStream::connect(("127.0.0.1", port)).expect("connects");
+    pipelined
+        .write_all("GET /metrics HTTP/1.1\r\n\r\n".repeat(PIPELINED).as_bytes())
+        .expect("writes");
     let stop = Arc::new(AtomicBool::new(false));
     let whole = Arc::new(AtomicUsize::new(0));
     let scrapers: Vec<_> = (0..6)
@@ -135,12 +175,22 @@ fn sigterm_lets_responses_in_flight_finish_and_exits_0() {
         );
         std::thread::yield_now();
     }
+    // Let the server fill the pipelined connection's buffers (not a
+    // condition: the check below holds whether or not it got that far).
+    std::thread::sleep(Duration::from_millis(500));
     let status = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
         .expect("kill runs");
     assert!(status.success());
     let signalled = Instant::now();
+    // Now the client reads, as a scraper would, while the server drains.
+    let reader = std::thread::spawn(move || {
+        let _ = pipelined.set_read_timeout(Some(Duration::from_secs(20)));
+        let mut all = Vec::new();
+        let _ = pipelined.read_to_end(&mut all);
+        all
+    });
     let exit = loop {
         if let Some(code) = running.0.try_wait().expect("waits") {
             break code;
@@ -158,12 +208,23 @@ fn sigterm_lets_responses_in_flight_finish_and_exits_0() {
         }
     }
     assert_eq!(exit.code(), Some(0), "{exit:?}");
+    // The pipelined connection: whole responses only, then EOF.
+    let all = reader.join().expect("reader thread");
+    let responses = whole_responses(&all);
+    let responses = match responses {
+        Ok(n) => n,
+        Err(why) => panic!("the response in flight was cut: {why}"),
+    };
+    assert!(
+        (1..PIPELINED).contains(&responses),
+        "{responses} of {PIPELINED} pipelined responses: none was in flight at the signal"
+    );
     // The idle connection was closed, not left to the header timeout.
     let _ = idle.set_read_timeout(Some(Duration::from_secs(5)));
     let mut rest = Vec::new();
     assert!(idle.read_to_end(&mut rest).is_ok(), "closed with EOF");
     println!(
-        "{} whole scrapes; exited 0 after {:?}",
+        "{} whole scrapes, {responses} of {PIPELINED} pipelined responses whole; exited 0 after {:?}",
         whole.load(Ordering::Relaxed),
         signalled.elapsed()
     );
