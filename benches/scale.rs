@@ -2,26 +2,107 @@
 //! 100k objects and Leases. Prints figures; asserts nothing about speed.
 //!
 //! cargo bench --bench scale -- [objects]
+//!
+//! The cached figures (the server's path) come first: peak RSS only grows,
+//! so the 16 concurrent uncached renders (the old path) come last.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use captf_lock_exporter::core::kind::Kind;
 use captf_lock_exporter::core::lockinfo::parse_lock_info;
 use captf_lock_exporter::core::suffix::{lock_lease_name, state_suffix};
 use captf_lock_exporter::index::{IndexResource, LockLease, ObjectKey, PodState, TfObject};
-use captf_lock_exporter::metrics::{render, Format};
+use captf_lock_exporter::metrics::{render, AcceptEncoding, Format, ScrapeCache};
 use captf_lock_exporter::shared::Shared;
 
-fn rss_kib() -> u64 {
+fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .map(str::to_owned)
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(str::to_owned))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
         .unwrap_or(0)
+}
+
+fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+/// Peak RSS so far (monotonic: measure the smaller case first).
+fn peak_kib() -> u64 {
+    status_kib("VmHWM:")
+}
+
+/// The server's path: the scrape cache, single flight, gzip as Prometheus
+/// asks. Measured first, because peak RSS only grows.
+fn cached(shared: &Arc<Shared>) {
+    let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    rt.block_on(async {
+        let cache = ScrapeCache::new(shared.clone());
+        let t = Instant::now();
+        let plain = cache.body(Format::OpenMetrics, AcceptEncoding::Identity).await.expect("renders");
+        let render = t.elapsed();
+        let t = Instant::now();
+        let zipped = cache.body(Format::OpenMetrics, AcceptEncoding::Gzip).await.expect("compresses");
+        let compress = t.elapsed();
+        println!(
+            "cached (openmetrics): render {render:?}, gzip level 1 {compress:?}; {:.1} MiB plain, {:.2} MiB gzip ({:.0}x)",
+            plain.len() as f64 / 1048576.0,
+            zipped.len() as f64 / 1048576.0,
+            plain.len() as f64 / zipped.len().max(1) as f64
+        );
+        drop((plain, zipped));
+        let mut hits = Vec::new();
+        for _ in 0..101 {
+            let t = Instant::now();
+            let body = cache.body(Format::OpenMetrics, AcceptEncoding::Gzip).await.expect("cached");
+            hits.push(t.elapsed());
+            drop(body);
+        }
+        hits.sort();
+        println!("cached scrape, body current: median {:?}, max {:?}", hits[50], hits[100]);
+        drop(cache);
+        let one = peak_kib();
+        // A fresh cache: 16 scrapers arrive together and need a render.
+        let cache = ScrapeCache::new(shared.clone());
+        let t = Instant::now();
+        let scrapes: Vec<_> = (0..16)
+            .map(|_| {
+                let cache = cache.clone();
+                tokio::spawn(async move { cache.body(Format::OpenMetrics, AcceptEncoding::Gzip).await.map(|b| b.len()) })
+            })
+            .collect();
+        for s in scrapes {
+            let _ = s.await;
+        }
+        println!(
+            "16 concurrent cached scrapes: {:?} for all, {} render(s); peak RSS {} MiB after one, {} MiB after 16 concurrent",
+            t.elapsed(),
+            cache.renders(),
+            one / 1024,
+            peak_kib() / 1024
+        );
+    });
+}
+
+/// The pre-cache path: every scraper renders its own copy at once.
+fn uncached_concurrent(shared: &Arc<Shared>) {
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..16 {
+            s.spawn(|| render(shared, Format::OpenMetrics).map(|b| b.len()));
+        }
+    });
+    println!(
+        "16 concurrent uncached renders: {:?} for all; peak RSS {} MiB",
+        t.elapsed(),
+        peak_kib() / 1024
+    );
 }
 
 fn main() {
@@ -62,6 +143,7 @@ fn main() {
     });
     let build = t.elapsed();
     let after_build = rss_kib();
+    cached(&shared);
     let mut sizes = Vec::new();
     for (label, format) in [
         ("openmetrics", Format::OpenMetrics),
@@ -80,6 +162,7 @@ fn main() {
             times[2], times[0], times[4]
         );
     }
+    uncached_concurrent(&shared);
     let (label, bytes) = sizes[0];
     println!("objects and Leases: {n} ({} held)", n / 10);
     println!(

@@ -115,15 +115,23 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             cli.pod_read_rate,
         ),
     );
-    tasks.spawn("http server", server::serve(listener, shared.clone()));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tasks.spawn(
+        "http server",
+        server::serve(listener, shared.clone(), stop_rx),
+    );
     tracing::info!(address = %cli.listen_address, version = shared.version, "serving /metrics, /healthz, /readyz");
     tokio::select! {
-        stopped = tasks.first_stop() => Err(StartError::Stopped(stopped)),
-        _ = shutdown_signal() => {
-            tracing::info!("shutting down");
-            Ok(())
-        }
+        stopped = tasks.first_stop() => return Err(StartError::Stopped(stopped)),
+        _ = shutdown_signal() => {}
     }
+    tracing::info!("shutting down: no new connections, finishing responses in flight");
+    let _ = stop_tx.send(true);
+    // The server returns once its connections are closed, within its drain
+    // period; the other tasks run forever and are dropped with the runtime.
+    let drain = server::Config::DEFAULT.drain + std::time::Duration::from_secs(1);
+    let _ = tokio::time::timeout(drain, tasks.first_stop()).await;
+    Ok(())
 }
 
 async fn shutdown_signal() {
@@ -154,7 +162,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    // A render still running on a blocking thread must not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             tracing::error!("{err}");

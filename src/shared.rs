@@ -1,6 +1,7 @@
 //! The state shared by watchers, the verifier and the HTTP server: the
 //! index behind one lock, watch health, and the queue of pods to read.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
@@ -16,6 +17,9 @@ pub struct Shared {
     /// [`Shared::read`] and [`Shared::update`], which also recover the
     /// index from a poisoned lock the one way.
     index: RwLock<Index>,
+    /// Bumped after every write of the index, so that a cached exposition
+    /// knows whether it is still current without reading the index.
+    generation: AtomicU64,
     /// Watch health and self-metrics.
     pub health: Health,
     /// Holder pods to confirm with a live read.
@@ -30,6 +34,7 @@ impl Shared {
         let (confirm_tx, confirm_rx) = mpsc::unbounded_channel();
         let shared = Shared {
             index: RwLock::new(Index::new()),
+            generation: AtomicU64::new(0),
             health: Health::new(),
             confirm_tx,
             version: env!("CARGO_PKG_VERSION"),
@@ -49,10 +54,24 @@ impl Shared {
     /// panicking task, so carrying on here only serves the last scrapes.
     pub fn write<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
         let now = SystemTime::now();
-        match self.index.write() {
-            Ok(mut index) => f(&mut index, now),
-            Err(poisoned) => f(&mut poisoned.into_inner(), now),
-        }
+        let mut index = match self.index.write() {
+            Ok(index) => index,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let out = f(&mut index, now);
+        // Bumped before the lock is released: a reader that sees the old
+        // generation takes its snapshot after this write or before it,
+        // never from a change it does not know about.
+        self.generation.fetch_add(1, Ordering::Release);
+        out
+    }
+
+    /// A number that changes whenever the index or watch health changes:
+    /// equal generations mean equal inputs to `/metrics` (ages aside).
+    pub fn generation(&self) -> u64 {
+        self.generation
+            .load(Ordering::Acquire)
+            .wrapping_add(self.health.generation())
     }
 
     /// Runs `f` on the index under the read lock.

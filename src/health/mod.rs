@@ -2,6 +2,7 @@
 
 mod counters;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -160,6 +161,8 @@ pub enum Success {
 pub struct Health {
     watches: Mutex<Vec<WatchState>>,
     counters: Counters,
+    /// Bumped by every change, for the cached exposition.
+    generation: AtomicU64,
 }
 
 impl Health {
@@ -175,10 +178,19 @@ impl Health {
         }
     }
 
+    /// Changes whenever a watch state or a counter changes.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
     /// Declares a watch so it counts for readiness before its first event.
     /// Registering the same (resource, scope) twice returns the same id.
     pub fn register(&self, resource: Resource, scope: &str) -> WatchId {
-        self.with(|w| {
+        let id = self.with(|w| {
             if let Some(i) = w
                 .iter()
                 .position(|s| s.resource == resource && s.scope == scope)
@@ -196,7 +208,9 @@ impl Health {
                 last_reason: None,
             });
             WatchId(w.len() - 1)
-        })
+        });
+        self.changed();
+        id
     }
 
     /// The resource and scope of a watch.
@@ -214,13 +228,14 @@ impl Health {
             .events
             .get_or_create(&ResourceLabels { resource })
             .inc();
+        self.changed();
     }
 
     /// A request of the watch succeeded (a list page, a watch that opened,
     /// an event or a bookmark on it).
     pub fn on_success(&self, id: WatchId) -> Success {
         let now = Instant::now();
-        self.with(|w| {
+        let success = self.with(|w| {
             let Some(st) = w.get_mut(id.0) else {
                 return Success::Steady;
             };
@@ -232,7 +247,9 @@ impl Health {
                 Some(t) => Success::Recovered(now.saturating_duration_since(t)),
                 None => Success::Steady,
             }
-        })
+        });
+        self.changed();
+        success
     }
 
     /// A first list (or a relist) finished: the watch holds the whole truth.
@@ -258,6 +275,7 @@ impl Health {
             .errors
             .get_or_create(&ErrorLabels { resource, reason })
             .inc();
+        self.changed();
     }
 
     /// Records a failed request; returns true when it starts a failure
@@ -267,7 +285,7 @@ impl Health {
         if let Some(resource) = self.with(|w| w.get(id.0).map(|s| s.resource)) {
             self.count_error(resource, reason);
         }
-        self.with(|w| {
+        let first = self.with(|w| {
             let Some(st) = w.get_mut(id.0) else {
                 return false;
             };
@@ -284,7 +302,9 @@ impl Health {
             }
             st.last_reason = Some(reason);
             first
-        })
+        });
+        self.changed();
+        first
     }
 
     /// Counts one live pod read.
@@ -293,6 +313,7 @@ impl Health {
             .pod_reads
             .get_or_create(&ReadLabels { result })
             .inc();
+        self.changed();
     }
 
     /// True while every scope of `resource` has listed once and its last

@@ -4,14 +4,21 @@
 //! resources, reasons and results are fixed enums, and every value taken
 //! from lock-info is capped when it enters the index.
 //!
-//! `snapshot` copies what a scrape needs out of the index under one short
+//! `cache` keeps one rendered body per format (and its gzip form) shared
+//! by every scrape, rebuilt at most once a second and only when its inputs
+//! changed or it shows lock ages; [`render_at`] is the uncached encoder it
+//! calls. `snapshot` copies what a scrape needs out of the index under one short
 //! read lock; `families` declares every family once and encodes the
 //! snapshot. The self-metric counters live in [`crate::health::Health`] as
 //! prometheus-client counters and are registered beside the collector.
 
+mod cache;
 mod families;
 mod snapshot;
 
+pub use cache::{gzip, AcceptEncoding, ScrapeCache, ScrapeError, MAX_AGE};
+
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -69,24 +76,50 @@ pub fn render_at(
     format: Format,
     now: SystemTime,
 ) -> Result<String, std::fmt::Error> {
+    render_into(shared, format, now, 64 * 1024).map(|r| r.text)
+}
+
+/// One uncached render and what the cache needs to know about it.
+pub(crate) struct Rendered {
+    /// The exposition.
+    pub(crate) text: String,
+    /// It holds values computed from "now" (lock ages), so it goes stale
+    /// with time even when nothing changes.
+    pub(crate) aged: bool,
+}
+
+/// [`render_at`] into a buffer of `capacity` bytes: the cache passes the
+/// last body's size, so a 47 MB exposition is not built by doubling (which
+/// would peak at about twice its size while copying).
+pub(crate) fn render_into(
+    shared: &Arc<Shared>,
+    format: Format,
+    now: SystemTime,
+    capacity: usize,
+) -> Result<Rendered, std::fmt::Error> {
+    let aged = Arc::new(AtomicBool::new(false));
     let mut registry = Registry::default();
     registry.register_collector(Box::new(LockCollector {
         shared: shared.clone(),
         now,
+        aged: aged.clone(),
     }));
     // A sub-registry is encoded after the collectors: the counters keep
     // their place at the end of the exposition.
     shared
         .health
         .register_counters(registry.sub_registry_with_labels(std::iter::empty()));
-    let mut out = String::with_capacity(64 * 1024);
+    let mut out = String::with_capacity(capacity);
     match format {
         Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry)?,
         Format::Prometheus => {
             prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?
         }
     }
-    Ok(out)
+    Ok(Rendered {
+        text: out,
+        aged: aged.load(Ordering::Relaxed),
+    })
 }
 
 /// The families computed from the index and watch health at scrape time.
@@ -94,11 +127,14 @@ pub fn render_at(
 struct LockCollector {
     shared: Arc<Shared>,
     now: SystemTime,
+    /// Set when a lock age was rendered.
+    aged: Arc<AtomicBool>,
 }
 
 impl Collector for LockCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let snap = self.snapshot(self.now);
+        self.aged.store(!snap.locks.is_empty(), Ordering::Relaxed);
         families::encode_locks(&mut enc, &snap.locks)?;
         families::encode_objects(&mut enc, &snap.objects)?;
         families::encode_force_unlocks(&mut enc, &snap.force_unlocks)?;

@@ -1,23 +1,26 @@
 //! The admin HTTP server: `/metrics`, `/healthz`, `/readyz` and `/`.
+//!
+//! `/metrics` is answered from the scrape cache (shared bytes, gzip when
+//! asked); `listen` owns the accept loop and its limits: header-read
+//! timeout, connection cap, backoff on accept errors, graceful shutdown.
 
+mod listen;
 mod status;
 
+pub use listen::{serve, serve_with, AcceptBackoff, Config, Listener};
 pub use status::status_page;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{ACCEPT, CONTENT_TYPE};
-use hyper::service::service_fn;
+use hyper::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, VARY};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::health::NotUp;
-use crate::metrics::{render, Format};
+use crate::metrics::{render, AcceptEncoding, Format, ScrapeCache};
 use crate::shared::Shared;
 
 /// Errors of the admin server.
@@ -43,7 +46,8 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
     r
 }
 
-/// Answers one request from memory.
+/// Answers one request from memory, rendering `/metrics` uncached (the
+/// server answers `/metrics` from [`ScrapeCache`] instead, see [`respond`]).
 pub fn handle(
     shared: &Arc<Shared>,
     method: &Method,
@@ -114,52 +118,56 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
-/// Serves connections on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(c) => c,
+/// Answers one request: `/metrics` from the scrape cache, the rest from
+/// [`handle`] off the reactor.
+pub async fn respond(
+    shared: &Arc<Shared>,
+    cache: &Arc<ScrapeCache>,
+    req: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    let header = |name| {
+        req.headers()
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let accept = header(ACCEPT).map(str::to_owned);
+    if path == "/metrics" && (method == Method::GET || method == Method::HEAD) {
+        let format = Format::negotiate(accept.as_deref());
+        let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
+        return match cache.body(format, encoding).await {
+            Ok(body) => {
+                let mut r = reply(StatusCode::OK, format.content_type(), body);
+                let h = r.headers_mut();
+                // Caches between us and a scraper must key on the coding.
+                h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
+                if encoding == AcceptEncoding::Gzip {
+                    h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                }
+                r
+            }
             Err(err) => {
-                tracing::warn!(error = %err, "accept failed");
-                continue;
+                tracing::warn!(error = %err, "cannot render /metrics");
+                reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain; charset=utf-8",
+                    "encoding failed\n",
+                )
             }
         };
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let shared = shared.clone();
-                async move {
-                    let accept = req
-                        .headers()
-                        .get(ACCEPT)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned);
-                    // Rendering 100k objects takes milliseconds of CPU: keep it
-                    // off the reactor threads.
-                    let method = req.method().clone();
-                    let path = req.uri().path().to_owned();
-                    let resp = tokio::task::spawn_blocking(move || {
-                        handle(&shared, &method, &path, accept.as_deref())
-                    })
-                    .await
-                    .unwrap_or_else(|_| {
-                        reply(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "text/plain",
-                            "internal error\n",
-                        )
-                    });
-                    Ok::<_, Infallible>(resp)
-                }
-            });
-            if let Err(err) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
-                tracing::debug!(error = %err, "connection error");
-            }
-        });
     }
+    let shared = shared.clone();
+    // The status page walks the index: keep it off the reactor threads.
+    tokio::task::spawn_blocking(move || handle(&shared, &method, &path, accept.as_deref()))
+        .await
+        .unwrap_or_else(|_| {
+            reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain; charset=utf-8",
+                "internal error\n",
+            )
+        })
 }
 
 #[cfg(test)]

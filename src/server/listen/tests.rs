@@ -1,0 +1,383 @@
+//! The accept loop over a fake listener of in-memory connections, on a
+//! paused clock: timeouts and backoff are checked in virtual time, so no
+//! assertion depends on how fast the machine is.
+
+use std::io::Read as _;
+use std::sync::Mutex;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::*;
+use crate::core::kind::Kind;
+use crate::core::lockinfo::parse_lock_info;
+use crate::core::suffix::{lock_lease_name, state_suffix};
+use crate::index::{IndexResource, LockLease, ObjectKey, TfObject};
+
+/// Connections (or errors) handed out in order; pends when none is queued.
+struct Fake {
+    rx: mpsc::UnboundedReceiver<io::Result<DuplexStream>>,
+    calls: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Listener for Fake {
+    type Io = DuplexStream;
+    async fn accept(&mut self) -> io::Result<DuplexStream> {
+        {
+            if let Ok(mut calls) = self.calls.lock() {
+                calls.push(Instant::now());
+            }
+            match self.rx.recv().await {
+                Some(r) => r,
+                None => std::future::pending().await,
+            }
+        }
+    }
+}
+
+struct Harness {
+    tx: mpsc::UnboundedSender<io::Result<DuplexStream>>,
+    calls: Arc<Mutex<Vec<Instant>>>,
+    shared: Arc<Shared>,
+    cache: Arc<ScrapeCache>,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<()>,
+}
+
+impl Harness {
+    fn start(config: Config) -> Harness {
+        let (shared, _rx) = Shared::new();
+        let cache = ScrapeCache::new(shared.clone());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (stop, stop_rx) = watch::channel(false);
+        let fake = Fake {
+            rx,
+            calls: calls.clone(),
+        };
+        let server = tokio::spawn(serve_with(
+            fake,
+            shared.clone(),
+            cache.clone(),
+            config,
+            stop_rx,
+        ));
+        Harness {
+            tx,
+            calls,
+            shared,
+            cache,
+            stop,
+            server,
+        }
+    }
+
+    /// A new connection with `buffer` bytes of room each way.
+    fn connect_with(&self, buffer: usize) -> DuplexStream {
+        let (client, server) = tokio::io::duplex(buffer);
+        assert!(self.tx.send(Ok(server)).is_ok(), "the listener is gone");
+        client
+    }
+
+    fn connect(&self) -> DuplexStream {
+        self.connect_with(1 << 20)
+    }
+
+    fn accepts(&self) -> usize {
+        self.calls.lock().map_or(0, |c| c.len())
+    }
+}
+
+/// One held lock, so that the exposition shows an age.
+fn hold_a_lock(shared: &Shared) {
+    let (ns, name, kind) = ("ns", "web", Kind::TerraformMachine);
+    let suffix = state_suffix(ns, kind, name);
+    let info = r#"{"ID":"id-1","Operation":"OperationTypeApply","Info":"","Who":"alice@laptop","Version":"1.9.0","Created":"2026-09-26T15:53:38.315668626Z","Path":""}"#;
+    let lease = LockLease::new(
+        ns.into(),
+        suffix.clone(),
+        Some("TerraformMachine"),
+        Some(name.into()),
+        "id-1".into(),
+        parse_lock_info(info).map(Some),
+    );
+    let obj = TfObject {
+        kind,
+        name: name.into(),
+        cluster_label: None,
+        jobs: None,
+        cluster: None,
+    };
+    shared.update(|ix, now| {
+        ix.apply((obj.kind, ObjectKey::new(ns, name)), obj, now);
+        ix.apply(ObjectKey::new(ns, lock_lease_name(&suffix)), lease, now)
+    });
+}
+
+/// A response: status line and headers (lower-cased names), and body.
+struct Reply {
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then_some(v.trim())
+        })
+    }
+}
+
+/// Reads one response; None on EOF before a whole head.
+async fn read_reply(io: &mut DuplexStream, head_only: bool) -> Option<Reply> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if io.read(&mut byte).await.ok()? == 0 {
+            return None;
+        }
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).ok()?;
+    let mut reply = Reply {
+        head,
+        body: Vec::new(),
+    };
+    let len: usize = reply.header("content-length")?.parse().ok()?;
+    if !head_only {
+        reply.body = vec![0; len];
+        io.read_exact(&mut reply.body).await.ok()?;
+    }
+    Some(reply)
+}
+
+async fn get(io: &mut DuplexStream, path: &str, headers: &str) -> Option<Reply> {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}\r\n");
+    io.write_all(req.as_bytes()).await.ok()?;
+    read_reply(io, false).await
+}
+
+/// True when the peer closes the connection (EOF or reset) within a
+/// minute of virtual time.
+async fn closed(io: &mut DuplexStream) -> bool {
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), io.read_to_end(&mut rest))
+        .await
+        .is_ok()
+}
+
+#[test]
+fn backoff_doubles_to_a_second_logs_once_per_episode_and_resets() {
+    let mut b = AcceptBackoff::default();
+    assert_eq!(b.on_success(), None, "no episode yet");
+    let delays: Vec<(u64, bool)> = (0..10)
+        .map(|_| {
+            let (d, first) = b.on_error();
+            (d.as_millis() as u64, first)
+        })
+        .collect();
+    assert_eq!(
+        delays,
+        [
+            (10, true),
+            (20, false),
+            (40, false),
+            (80, false),
+            (160, false),
+            (320, false),
+            (640, false),
+            (1000, false),
+            (1000, false),
+            (1000, false)
+        ]
+    );
+    assert_eq!(b.on_success(), Some(10));
+    assert_eq!(b.on_error(), (AcceptBackoff::FIRST, true), "a new episode");
+}
+
+#[tokio::test(start_paused = true)]
+async fn accept_errors_back_off_instead_of_spinning() {
+    let h = Harness::start(Config::DEFAULT);
+    for _ in 0..9 {
+        let emfile = io::Error::from_raw_os_error(24);
+        assert!(h.tx.send(Err(emfile)).is_ok());
+    }
+    // Ten virtual seconds: a busy loop would call accept() without end.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let calls = h.calls.lock().map(|c| c.clone()).unwrap_or_default();
+    let gaps: Vec<u128> = calls
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_millis())
+        .collect();
+    assert_eq!(
+        gaps,
+        [10, 20, 40, 80, 160, 320, 640, 1000, 1000],
+        "9 errors, then one accept() waiting for a connection"
+    );
+    // A success ends the episode: the next error waits 10 ms again.
+    let _client = h.connect();
+    assert!(h.tx.send(Err(io::Error::from_raw_os_error(24))).is_ok());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calls = h.calls.lock().map(|c| c.clone()).unwrap_or_default();
+    let n = calls.len();
+    assert_eq!(n, 12);
+    assert_eq!((calls[n - 1] - calls[n - 2]).as_millis(), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn half_sent_and_idle_connections_are_closed_by_the_header_timeout() {
+    let h = Harness::start(Config::DEFAULT);
+    // Half a request head, never finished.
+    let mut half = h.connect();
+    let start = Instant::now();
+    assert!(half.write_all(b"GET /metrics HTTP/1.1\r\nHo").await.is_ok());
+    assert!(closed(&mut half).await);
+    assert!(
+        start.elapsed() >= Config::DEFAULT.header_read_timeout,
+        "closed by the timeout, not before"
+    );
+    // A keep-alive connection that answered once and then sits idle.
+    let mut idle = h.connect();
+    let reply = get(&mut idle, "/healthz", "").await;
+    assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
+    let served = Instant::now();
+    assert!(closed(&mut idle).await);
+    assert!(served.elapsed() >= Config::DEFAULT.header_read_timeout);
+    // A connection that never says anything.
+    let mut silent = h.connect();
+    assert!(closed(&mut silent).await);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_every_slot_taken_nothing_more_is_accepted() {
+    let h = Harness::start(Config {
+        max_connections: 2,
+        ..Config::DEFAULT
+    });
+    let a = h.connect();
+    let _b = h.connect();
+    let _c = h.connect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Two connections served, and no accept() waiting for a third.
+    assert_eq!(h.accepts(), 2);
+    // One closes: the third is accepted.
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(h.accepts(), 3);
+    // The other two are idle: both go at the header timeout.
+    tokio::time::sleep(Config::DEFAULT.header_read_timeout).await;
+    assert_eq!(h.accepts(), 4, "all slots free, waiting for a connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_concurrent_scrapes_share_one_render() {
+    let h = Harness::start(Config::DEFAULT);
+    hold_a_lock(&h.shared);
+    let mut clients = Vec::new();
+    for _ in 0..16 {
+        let mut io = h.connect();
+        clients.push(tokio::spawn(async move {
+            get(&mut io, "/metrics", "Accept-Encoding: gzip\r\n").await
+        }));
+    }
+    let mut bodies = Vec::new();
+    for c in clients {
+        let reply = c.await.ok().flatten();
+        let Some(reply) = reply else {
+            panic!("a scrape got no answer");
+        };
+        assert!(reply.head.starts_with("HTTP/1.1 200"), "{}", reply.head);
+        bodies.push(reply.body);
+    }
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "one body for all");
+    assert_eq!(h.cache.renders(), 1, "16 scrapes, one render");
+    assert_eq!(h.cache.compressions(), 1, "and one compression");
+}
+
+#[tokio::test]
+async fn gzip_round_trips_to_the_plain_exposition_and_head_has_no_body() {
+    let h = Harness::start(Config::DEFAULT);
+    hold_a_lock(&h.shared);
+    let mut io = h.connect();
+    let Some(plain) = get(&mut io, "/metrics", "").await else {
+        panic!("no plain answer");
+    };
+    assert_eq!(plain.header("content-encoding"), None);
+    assert_eq!(plain.header("vary"), Some("Accept-Encoding"));
+    let Some(zipped) = get(&mut io, "/metrics", "Accept-Encoding: gzip\r\n").await else {
+        panic!("no gzip answer");
+    };
+    assert_eq!(zipped.header("content-encoding"), Some("gzip"));
+    assert_eq!(zipped.header("vary"), Some("Accept-Encoding"));
+    assert_eq!(
+        zipped.header("content-type"),
+        Some(crate::metrics::OPENMETRICS_CONTENT_TYPE)
+    );
+    let mut text = String::new();
+    let decoded = flate2::read::GzDecoder::new(zipped.body.as_slice()).read_to_string(&mut text);
+    assert!(decoded.is_ok(), "{decoded:?}");
+    assert_eq!(text.as_bytes(), plain.body.as_slice(), "same render");
+    assert!(text.contains("captf_state_lock_age_seconds{"), "{text}");
+    assert!(text.ends_with("# EOF\n"), "a whole exposition");
+    // HEAD: the headers of the gzip answer, no body.
+    let req = "HEAD /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n";
+    assert!(io.write_all(req.as_bytes()).await.is_ok());
+    let Some(head) = read_reply(&mut io, true).await else {
+        panic!("no HEAD answer");
+    };
+    assert!(head.head.starts_with("HTTP/1.1 200"), "{}", head.head);
+    assert_eq!(head.header("content-encoding"), Some("gzip"));
+    // The next answer on the connection comes right after the head: HEAD
+    // sent no body.
+    let Some(after) = get(&mut io, "/healthz", "").await else {
+        panic!("no answer after HEAD");
+    };
+    assert!(after.head.starts_with("HTTP/1.1 200"), "{}", after.head);
+    assert_eq!(after.body, b"ok\n");
+    // The Prometheus text format is cached apart from OpenMetrics.
+    let Some(prom) = get(&mut io, "/metrics", "Accept: text/plain; version=0.0.4\r\n").await else {
+        panic!("no 0.0.4 answer");
+    };
+    assert_eq!(
+        prom.header("content-type"),
+        Some(crate::metrics::PROMETHEUS_CONTENT_TYPE)
+    );
+    assert_eq!(h.cache.renders(), 2, "one render per format");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_lets_the_response_in_flight_finish_and_closes_idle_connections() {
+    let h = Harness::start(Config::DEFAULT);
+    hold_a_lock(&h.shared);
+    // A 1 KiB pipe: the server blocks writing the body until we read.
+    let mut slow = h.connect_with(1024);
+    let mut idle = h.connect();
+    assert!(get(&mut idle, "/healthz", "").await.is_some());
+    let req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert!(slow.write_all(req.as_bytes()).await.is_ok());
+    // Wait (in virtual time) until the response has started.
+    let mut first = [0u8; 1];
+    assert!(matches!(slow.read(&mut first).await, Ok(1)));
+    assert!(h.stop.send(true).is_ok());
+    // The idle connection is closed at once, not after the header timeout.
+    let asked = Instant::now();
+    assert!(closed(&mut idle).await);
+    assert!(asked.elapsed() < Config::DEFAULT.header_read_timeout);
+    // The response in flight completes, then its connection closes.
+    let mut rest = Vec::new();
+    assert!(slow.read_to_end(&mut rest).await.is_ok());
+    let mut all = first.to_vec();
+    all.extend_from_slice(&rest);
+    let text = String::from_utf8_lossy(&all);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.ends_with("# EOF\n"), "cut short: {text}");
+    // And serve returns.
+    assert!(h.server.await.is_ok());
+    assert!(
+        h.tx.send(Ok(tokio::io::duplex(1).0)).is_err(),
+        "listener dropped"
+    );
+}
