@@ -66,8 +66,13 @@ impl Shared {
         out
     }
 
-    /// A number that changes whenever the index or watch health changes:
-    /// equal generations mean equal inputs to `/metrics` (ages aside).
+    /// A number that changes whenever the index changes: equal
+    /// generations mean equal index-derived series (ages aside).
+    pub fn index_generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// A number that changes whenever the index or watch health changes.
     pub fn generation(&self) -> u64 {
         self.generation
             .load(Ordering::Acquire)

@@ -23,7 +23,8 @@ use flate2::Compression;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::{render_into, Format};
+use super::timed::{render_health, IndexPart};
+use super::Format;
 use crate::shared::Shared;
 
 /// How long a body is served even when its inputs changed: the contract's
@@ -90,28 +91,64 @@ pub fn gzip(plain: &[u8]) -> std::io::Result<Bytes> {
     enc.finish().map(Bytes::from)
 }
 
-/// The last render of one format.
-struct Body {
-    plain: Bytes,
-    /// Compressed on the first gzip scrape of this render.
-    gzip: Option<Bytes>,
-    /// `Shared::generation` read before the render.
+/// A scrape's answer: the body as chunks that share the cached bytes, so
+/// concurrent scrapers do not each hold a copy. With gzip, every chunk is
+/// a gzip member; a gzip reader reads them as one stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Body {
+    chunks: Arc<Vec<Bytes>>,
+}
+
+impl Body {
+    /// The chunks, in order.
+    pub fn chunks(&self) -> &[Bytes] {
+        &self.chunks
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+
+    /// No bytes at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The body in one piece (a copy; for tests and small bodies).
+    pub fn to_bytes(&self) -> Bytes {
+        let mut out = Vec::with_capacity(self.len());
+        for c in self.chunks.iter() {
+            out.extend_from_slice(c);
+        }
+        Bytes::from(out)
+    }
+}
+
+/// The cached state of one format.
+#[derive(Default)]
+struct Slot {
+    /// The index part of the last render.
+    part: Option<Arc<IndexPart>>,
+    /// `Shared::index_generation` read before that render.
     generation: u64,
-    /// When the render started.
-    at: Instant,
-    /// It shows lock ages.
-    aged: bool,
+    /// When that render started.
+    at: Option<Instant>,
+    /// The last whole body per encoding (identity, gzip), and when it was
+    /// assembled: reused for `max_age`.
+    bodies: [Option<(Instant, Body)>; 2],
 }
 
 /// The cached exposition of every format; see the module documentation.
 pub struct ScrapeCache {
     shared: Arc<Shared>,
     /// One per [`Format`], each behind its own lock: whoever holds it is
-    /// the only one rendering that format.
-    slots: [Mutex<Option<Body>>; 2],
+    /// the only one rendering or assembling that format.
+    slots: [Mutex<Slot>; 2],
     max_age: Duration,
     renders: AtomicU64,
     compressions: AtomicU64,
+    assemblies: AtomicU64,
 }
 
 impl std::fmt::Debug for ScrapeCache {
@@ -134,21 +171,28 @@ impl ScrapeCache {
     pub fn with_max_age(shared: Arc<Shared>, max_age: Duration) -> Arc<ScrapeCache> {
         Arc::new(ScrapeCache {
             shared,
-            slots: [Mutex::new(None), Mutex::new(None)],
+            slots: [Mutex::new(Slot::default()), Mutex::new(Slot::default())],
             max_age,
             renders: AtomicU64::new(0),
             compressions: AtomicU64::new(0),
+            assemblies: AtomicU64::new(0),
         })
     }
 
-    /// How many renders this cache has run.
+    /// How many index-part renders this cache has run.
     pub fn renders(&self) -> u64 {
         self.renders.load(Ordering::Relaxed)
     }
 
-    /// How many gzip compressions this cache has run.
+    /// How many index-part compressions this cache has run.
     pub fn compressions(&self) -> u64 {
         self.compressions.load(Ordering::Relaxed)
+    }
+
+    /// How many bodies this cache has assembled (timed values and health
+    /// written onto a rendered index part).
+    pub fn assemblies(&self) -> u64 {
+        self.assemblies.load(Ordering::Relaxed)
     }
 
     /// The current body of `format` in `encoding`, rendering (off the
@@ -157,7 +201,7 @@ impl ScrapeCache {
         self: &Arc<Self>,
         format: Format,
         encoding: AcceptEncoding,
-    ) -> Result<Bytes, ScrapeError> {
+    ) -> Result<Body, ScrapeError> {
         // Its own task, so that a scraper that hangs up mid-render does not
         // cancel the render the other waiters are counting on.
         let this = self.clone();
@@ -170,62 +214,76 @@ impl ScrapeCache {
         &self,
         format: Format,
         encoding: AcceptEncoding,
-    ) -> Result<Bytes, ScrapeError> {
+    ) -> Result<Body, ScrapeError> {
         let slot = match format {
             Format::OpenMetrics => &self.slots[0],
             Format::Prometheus => &self.slots[1],
         };
         // Held across the render: the single flight.
         let mut slot = slot.lock().await;
-        let generation = self.shared.generation();
+        let generation = self.shared.index_generation();
         let started = Instant::now();
-        let current = slot.as_ref().is_some_and(|b| {
-            started.saturating_duration_since(b.at) < self.max_age
-                || (b.generation == generation && !b.aged)
-        });
-        if !current {
-            // The size of the last body (plus some room) sizes the buffer.
+        let fresh = |at: Option<Instant>| {
+            at.is_some_and(|t| started.saturating_duration_since(t) < self.max_age)
+        };
+        let gzip = encoding == AcceptEncoding::Gzip;
+        let part_current = slot.part.is_some() && (slot.generation == generation || fresh(slot.at));
+        if !part_current {
             let capacity = slot
+                .part
                 .as_ref()
-                .map_or(64 * 1024, |b| b.plain.len() + b.plain.len() / 8);
-            // Dropped before the render so that the old and the new body
-            // are not both held here (scrapes still sending it keep theirs).
-            *slot = None;
+                .map_or(64 * 1024, |p| p.len() + p.len() / 8);
+            // Dropped before the render so that the old and the new text
+            // are not both held here (scrapes still sending theirs keep them).
+            *slot = Slot::default();
             let shared = self.shared.clone();
-            let rendered = tokio::task::spawn_blocking(move || {
-                render_into(&shared, format, SystemTime::now(), capacity)
+            let part = tokio::task::spawn_blocking(move || {
+                IndexPart::render(&shared, format, SystemTime::now(), capacity)
             })
             .await
             .map_err(|_| ScrapeError::Task)?
             .map_err(|_| ScrapeError::Encode)?;
             self.renders.fetch_add(1, Ordering::Relaxed);
-            *slot = Some(Body {
-                plain: Bytes::from(rendered.text),
-                gzip: None,
-                generation,
-                at: started,
-                aged: rendered.aged,
-            });
+            slot.part = Some(Arc::new(part));
+            slot.generation = generation;
+            slot.at = Some(started);
         }
-        let Some(body) = slot.as_mut() else {
-            return Err(ScrapeError::Task);
-        };
-        match encoding {
-            AcceptEncoding::Identity => Ok(body.plain.clone()),
-            AcceptEncoding::Gzip => {
-                if let Some(z) = &body.gzip {
-                    return Ok(z.clone());
-                }
-                let plain = body.plain.clone();
-                let z = tokio::task::spawn_blocking(move || gzip(&plain))
-                    .await
-                    .map_err(|_| ScrapeError::Task)?
-                    .map_err(ScrapeError::Compress)?;
-                self.compressions.fetch_add(1, Ordering::Relaxed);
-                body.gzip = Some(z.clone());
-                Ok(z)
+        let which = usize::from(gzip);
+        if let Some((at, body)) = &slot.bodies[which] {
+            if fresh(Some(*at)) {
+                return Ok(body.clone());
             }
         }
+        let Some(part) = slot.part.clone() else {
+            return Err(ScrapeError::Task);
+        };
+        let needs_gz = gzip && !part.is_compressed();
+        let shared = self.shared.clone();
+        let (part, chunks) = tokio::task::spawn_blocking(move || {
+            let mut part = part;
+            if needs_gz {
+                let mut owned = Arc::try_unwrap(part).unwrap_or_else(|p| p.duplicate());
+                owned.compress().map_err(ScrapeError::Compress)?;
+                part = Arc::new(owned);
+            }
+            let health = render_health(&shared, format).map_err(|_| ScrapeError::Encode)?;
+            let chunks = part
+                .assemble(SystemTime::now(), health, gzip)
+                .map_err(ScrapeError::Compress)?;
+            Ok::<_, ScrapeError>((part, chunks))
+        })
+        .await
+        .map_err(|_| ScrapeError::Task)??;
+        if needs_gz {
+            self.compressions.fetch_add(1, Ordering::Relaxed);
+        }
+        self.assemblies.fetch_add(1, Ordering::Relaxed);
+        slot.part = Some(part);
+        let body = Body {
+            chunks: Arc::new(chunks),
+        };
+        slot.bodies[which] = Some((started, body.clone()));
+        Ok(body)
     }
 }
 
@@ -268,7 +326,7 @@ mod tests {
             .body(Format::OpenMetrics, AcceptEncoding::Identity)
             .await
         {
-            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
             Err(e) => panic!("{e}"),
         }
     }
@@ -298,21 +356,83 @@ mod tests {
         tokio::time::sleep(MAX_AGE).await;
         assert!(text(&cache).await.contains("name=\"c\""));
         assert_eq!(cache.renders(), 3);
-        // A health change counts as a change.
+        // Health and lock ages are written onto the rendered index part
+        // at scrape time: they move without a render, at most 1 s late.
         tokio::time::sleep(MAX_AGE).await;
         shared.health.on_pod_read(crate::health::ReadResult::Found);
-        text(&cache).await;
-        assert_eq!(cache.renders(), 4);
-        // A held lock shows an age: rebuilt every second even unchanged.
+        assert!(text(&cache)
+            .await
+            .contains("captf_lock_exporter_pod_reads_total{result=\"found\"} 1"));
+        assert_eq!(cache.renders(), 3);
         held_lock(&shared, "a");
         tokio::time::sleep(MAX_AGE).await;
-        assert!(text(&cache).await.contains("captf_state_lock_age_seconds{"));
-        assert_eq!(cache.renders(), 5);
+        let first = text(&cache).await;
+        assert!(first.contains("captf_state_lock_age_seconds{"));
+        assert_eq!(cache.renders(), 4, "the new lock is a change");
         tokio::time::sleep(MAX_AGE).await;
-        text(&cache).await;
-        assert_eq!(cache.renders(), 6, "ages moved");
-        text(&cache).await;
-        assert_eq!(cache.renders(), 6, "not within the second");
+        let later = text(&cache).await;
+        assert_ne!(first, later, "ages moved");
+        assert_eq!(cache.renders(), 4, "without a render");
+        assert_eq!(text(&cache).await, later, "not within the second");
+    }
+
+    /// What a scrape gets is what an uncached render at that moment gives.
+    #[tokio::test(start_paused = true)]
+    async fn an_assembled_body_equals_an_uncached_render() {
+        let (shared, _rx) = Shared::new();
+        object(&shared, "a");
+        held_lock(&shared, "a");
+        held_lock(&shared, "b");
+        shared.health.on_pod_read(crate::health::ReadResult::Found);
+        let cache = ScrapeCache::new(shared.clone());
+        for format in [Format::OpenMetrics, Format::Prometheus] {
+            let IndexPartAt { part, .. } = render_part(&shared, format);
+            let now = SystemTime::now() + Duration::from_secs(3600);
+            let health = render_health(&shared, format).expect("health");
+            let body = part.assemble(now, health, false).expect("assembles");
+            let joined: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
+            let want = super::super::render_at(&shared, format, now).expect("renders");
+            assert_eq!(String::from_utf8_lossy(&joined), want, "{format:?}");
+        }
+        // And through the cache, gzip included.
+        let plain = cache
+            .body(Format::OpenMetrics, AcceptEncoding::Identity)
+            .await
+            .expect("plain");
+        let gz = cache
+            .body(Format::OpenMetrics, AcceptEncoding::Gzip)
+            .await
+            .expect("gzip");
+        let mut unzipped = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::MultiGzDecoder::new(&gz.to_bytes()[..]),
+            &mut unzipped,
+        )
+        .expect("gunzips");
+        // Assembled at two instants: equal but for the ages.
+        let plain = String::from_utf8_lossy(&plain.to_bytes()).into_owned();
+        let timeless = |t: &str| -> Vec<String> {
+            t.lines()
+                .map(|l| match l.strip_prefix("captf_state_lock_age_seconds{") {
+                    Some(rest) => rest
+                        .rsplit_once(' ')
+                        .map_or(l, |(labels, _)| labels)
+                        .to_string(),
+                    None => l.to_string(),
+                })
+                .collect()
+        };
+        assert!(timeless(&unzipped) == timeless(&plain), "gzip body differs");
+    }
+
+    struct IndexPartAt {
+        part: IndexPart,
+    }
+
+    fn render_part(shared: &Arc<Shared>, format: Format) -> IndexPartAt {
+        IndexPartAt {
+            part: IndexPart::render(shared, format, SystemTime::now(), 1024).expect("renders"),
+        }
     }
 
     #[tokio::test]

@@ -15,10 +15,10 @@
 mod cache;
 mod families;
 mod snapshot;
+mod timed;
 
-pub use cache::{gzip, AcceptEncoding, ScrapeCache, ScrapeError, MAX_AGE};
+pub use cache::{gzip, AcceptEncoding, Body, ScrapeCache, ScrapeError, MAX_AGE};
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -70,56 +70,33 @@ pub fn render(shared: &Arc<Shared>, format: Format) -> Result<String, std::fmt::
 }
 
 /// Renders every metric family in `format` with ages computed at `now`, so
-/// that tests get a deterministic exposition.
+/// that tests get a deterministic exposition. Uncached: `/metrics` answers
+/// from [`ScrapeCache`], which renders in parts and gives the same bytes.
 pub fn render_at(
     shared: &Arc<Shared>,
     format: Format,
     now: SystemTime,
 ) -> Result<String, std::fmt::Error> {
-    render_into(shared, format, now, 64 * 1024).map(|r| r.text)
-}
-
-/// One uncached render and what the cache needs to know about it.
-pub(crate) struct Rendered {
-    /// The exposition.
-    pub(crate) text: String,
-    /// It holds values computed from "now" (lock ages), so it goes stale
-    /// with time even when nothing changes.
-    pub(crate) aged: bool,
-}
-
-/// [`render_at`] into a buffer of `capacity` bytes: the cache passes the
-/// last body's size, so a 47 MB exposition is not built by doubling (which
-/// would peak at about twice its size while copying).
-pub(crate) fn render_into(
-    shared: &Arc<Shared>,
-    format: Format,
-    now: SystemTime,
-    capacity: usize,
-) -> Result<Rendered, std::fmt::Error> {
-    let aged = Arc::new(AtomicBool::new(false));
     let mut registry = Registry::default();
     registry.register_collector(Box::new(LockCollector {
         shared: shared.clone(),
         now,
-        aged: aged.clone(),
+        part: Part::All,
+        clocks: None,
     }));
     // A sub-registry is encoded after the collectors: the counters keep
     // their place at the end of the exposition.
     shared
         .health
         .register_counters(registry.sub_registry_with_labels(std::iter::empty()));
-    let mut out = String::with_capacity(capacity);
+    let mut out = String::with_capacity(64 * 1024);
     match format {
         Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry)?,
         Format::Prometheus => {
             prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?
         }
     }
-    Ok(Rendered {
-        text: out,
-        aged: aged.load(Ordering::Relaxed),
-    })
+    Ok(out)
 }
 
 /// The families computed from the index and watch health at scrape time.
@@ -127,18 +104,43 @@ pub(crate) fn render_into(
 struct LockCollector {
     shared: Arc<Shared>,
     now: SystemTime,
-    /// Set when a lock age was rendered.
-    aged: Arc<AtomicBool>,
+    /// Which families to encode.
+    part: Part,
+    /// Filled with the rendered locks' clocks, in series order.
+    clocks: Option<Arc<std::sync::Mutex<Vec<timed::LockClock>>>>,
+}
+
+/// The part of the exposition a collector encodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    /// Everything.
+    All,
+    /// What only the index changes (locks, objects, counters per object,
+    /// overview): the cached part.
+    Index,
+    /// Watch health (the self-metric counters are registered beside it).
+    Health,
 }
 
 impl Collector for LockCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let snap = self.snapshot(self.now);
-        self.aged.store(!snap.locks.is_empty(), Ordering::Relaxed);
-        families::encode_locks(&mut enc, &snap.locks)?;
-        families::encode_objects(&mut enc, &snap.objects)?;
-        families::encode_force_unlocks(&mut enc, &snap.force_unlocks)?;
-        families::encode_overview(&mut enc, &snap.per_class, self.shared.version)?;
-        families::encode_watch_health(&mut enc, &self.shared.health)
+        if self.part != Part::Health {
+            let snap = self.snapshot(self.now);
+            if let Some(clocks) = &self.clocks {
+                let mut c = match clocks.lock() {
+                    Ok(c) => c,
+                    Err(p) => p.into_inner(),
+                };
+                *c = snap.locks.iter().map(timed::LockClock::of).collect();
+            }
+            families::encode_locks(&mut enc, &snap.locks)?;
+            families::encode_objects(&mut enc, &snap.objects)?;
+            families::encode_force_unlocks(&mut enc, &snap.force_unlocks)?;
+            families::encode_overview(&mut enc, &snap.per_class, self.shared.version)?;
+        }
+        if self.part != Part::Index {
+            families::encode_watch_health(&mut enc, &self.shared.health)?;
+        }
+        Ok(())
     }
 }

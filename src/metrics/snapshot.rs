@@ -22,6 +22,10 @@ pub(super) struct LockRow {
     pub(super) age_source: &'static str,
     pub(super) created: Option<f64>,
     pub(super) overdue: bool,
+    /// What the age counts from (Unix seconds): `Created`, else first seen.
+    pub(super) base: f64,
+    /// The effective lockTimeoutSeconds, for the overdue verdict.
+    pub(super) timeout: i64,
 }
 
 /// One force-unlock counter, as rendered.
@@ -88,6 +92,10 @@ fn snapshot_of(ix: &crate::index::Index, now: SystemTime) -> Snapshot {
                 age_source: source.as_str(),
                 created: v.lease.created_seconds(),
                 overdue: is_overdue(class, age, v.effective.lock_timeout_seconds),
+                base: v.lease.created_seconds().unwrap_or_else(|| {
+                    crate::index::unix_seconds(v.state.first_seen_held.unwrap_or(now))
+                }),
+                timeout: v.effective.lock_timeout_seconds,
             });
         });
         ix.for_each_unlocked_object(|ns, obj, eff| {

@@ -13,14 +13,19 @@ pub use status::status_page;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, VARY};
+use hyper::header::{
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, VARY,
+};
 use hyper::{Method, Request, Response, StatusCode};
+use std::convert::Infallible;
 use tokio::net::TcpListener;
 
 use crate::health::NotUp;
-use crate::metrics::{render, AcceptEncoding, Format, ScrapeCache};
+use crate::metrics::{render, AcceptEncoding, Body, Format, ScrapeCache};
 use crate::shared::Shared;
 
 /// Errors of the admin server.
@@ -118,13 +123,39 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServerError> {
         .map_err(|source| ServerError::Bind { addr, source })
 }
 
+/// The body type of every answer.
+pub type RespBody = BoxBody<Bytes, Infallible>;
+
+fn boxed(r: Response<Full<Bytes>>) -> Response<RespBody> {
+    r.map(|b| b.boxed())
+}
+
+/// A scrape's body as it is cached: its chunks are sent one after the
+/// other, never copied into one buffer.
+fn chunked(status: StatusCode, content_type: &str, body: &Body) -> Response<RespBody> {
+    let len = body.len();
+    let frames: Vec<Result<Frame<Bytes>, Infallible>> = body
+        .chunks()
+        .iter()
+        .map(|c| Ok(Frame::data(c.clone())))
+        .collect();
+    let mut r = Response::new(StreamBody::new(futures::stream::iter(frames)).boxed());
+    *r.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r.headers_mut()
+        .insert(CONTENT_LENGTH, HeaderValue::from(len));
+    r
+}
+
 /// Answers one request: `/metrics` from the scrape cache, the rest from
 /// [`handle`] off the reactor.
 pub async fn respond(
     shared: &Arc<Shared>,
     cache: &Arc<ScrapeCache>,
     req: &Request<Incoming>,
-) -> Response<Full<Bytes>> {
+) -> Response<RespBody> {
     let header = |name| {
         req.headers()
             .get(name)
@@ -138,7 +169,7 @@ pub async fn respond(
         let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
         return match cache.body(format, encoding).await {
             Ok(body) => {
-                let mut r = reply(StatusCode::OK, format.content_type(), body);
+                let mut r = chunked(StatusCode::OK, format.content_type(), &body);
                 let h = r.headers_mut();
                 // Caches between us and a scraper must key on the coding.
                 h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
@@ -149,17 +180,17 @@ pub async fn respond(
             }
             Err(err) => {
                 tracing::warn!(error = %err, "cannot render /metrics");
-                reply(
+                boxed(reply(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "text/plain; charset=utf-8",
                     "encoding failed\n",
-                )
+                ))
             }
         };
     }
     let shared = shared.clone();
     // The status page walks the index: keep it off the reactor threads.
-    tokio::task::spawn_blocking(move || handle(&shared, &method, &path, accept.as_deref()))
+    let r = tokio::task::spawn_blocking(move || handle(&shared, &method, &path, accept.as_deref()))
         .await
         .unwrap_or_else(|_| {
             reply(
@@ -167,7 +198,8 @@ pub async fn respond(
                 "text/plain; charset=utf-8",
                 "internal error\n",
             )
-        })
+        });
+    boxed(r)
 }
 
 #[cfg(test)]
