@@ -609,6 +609,7 @@ async def main() -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"logs in {workdir}")
     results = []
+    load_before = os.getloadavg()
     try:
         for n in args.sizes:
             last = n == max(args.sizes)
@@ -617,7 +618,8 @@ async def main() -> int:
         stop_all()
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"\n## Benchmark ({when}; {os.cpu_count()} cores, {platform.machine()}, "
-          f"held fraction {args.held_fraction})\n")
+          f"held fraction {args.held_fraction}; load average {load_before[0]:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after)\n")
     print(table(results))
     print()
     print(details(results))
