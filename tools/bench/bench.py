@@ -574,7 +574,8 @@ def details(results: list[dict]) -> str:
                    f"{r['req_breakdown_window']}; sequential scrapes {r['seq_n']}, concurrent {r['c10_n']}; "
                    f"release latencies {[round(x) for x in r['release_ms']]} ms, pod-failed "
                    f"{[round(x) for x in r['pod_failed_ms']]} ms; RSS after scrapes {r['rss_after_scrapes_mib']:.0f} MiB"
-                   + (f"; gzip scrape p50 {fmt_ms(r['gzip_p50_ms'])}" if r.get("gzip_p50_ms") else "")
+                   + (f"; gzip scrape p50 {fmt_ms(r['gzip_p50_ms'])}, gzip body decompresses to an exposition: "
+                      f"{r['gzip_roundtrip_ok']}" if r["gzip_served"] else "")
                    + f"; Content-Type {r['content_type']!r}")
         p = r.get("prometheus")
         if p:
