@@ -24,7 +24,8 @@
 //!
 //! Control endpoints (not Kubernetes):
 //!
-//! - `GET /_stats`: requests counted by verb and resource, as JSON;
+//! - `GET /_stats`: requests counted by verb and resource (and pod GETs
+//!   answered 404), as JSON;
 //! - `GET /_info`: the fleet: object counts and bytes per resource, and the
 //!   held locks with their holder type;
 //! - `POST /_change/release?lease=<ns>/<name>`: releases a held lock;
@@ -911,11 +912,19 @@ impl Store {
         let mut by_verb: serde_json::Map<String, Value> = serde_json::Map::new();
         let mut total = 0;
         let mut list_starts = serde_json::Map::new();
+        let mut not_found = serde_json::Map::new();
         if let Ok(s) = self.stats.lock() {
             for ((verb, what), n) in s.iter() {
-                if verb == "list_start" {
-                    list_starts.insert(what.clone(), json!(n));
-                    continue;
+                match verb.as_str() {
+                    "list_start" => {
+                        list_starts.insert(what.clone(), json!(n));
+                        continue;
+                    }
+                    "get_not_found" => {
+                        not_found.insert(what.clone(), json!(n));
+                        continue;
+                    }
+                    _ => {}
                 }
                 total += n;
                 let e = by_verb.entry(verb.clone()).or_insert_with(|| json!({}));
@@ -926,6 +935,7 @@ impl Store {
             "requests": by_verb,
             "total": total,
             "list_starts": list_starts,
+            "get_not_found": not_found,
             "watches_open": self.watches_open.load(Ordering::Relaxed),
             "resource_version": self.rv.load(Ordering::Relaxed),
         })
@@ -985,11 +995,14 @@ impl Store {
         };
         match t.by_key.get(&(ns.to_owned(), name.to_owned())) {
             Some(&k) => full(StatusCode::OK, "application/json", t.items[k].json.clone()),
-            None => status(
-                404,
-                "NotFound",
-                &format!("{} \"{name}\" not found", resource.as_str()),
-            ),
+            None => {
+                self.count("get_not_found", resource.as_str());
+                status(
+                    404,
+                    "NotFound",
+                    &format!("{} \"{name}\" not found", resource.as_str()),
+                )
+            }
         }
     }
 

@@ -431,6 +431,8 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
                                        for v, per in stats_2["requests"].items()}
         res["pod_gets_first_10s"] = req(stats_1, "get") - req(base_stats, "get")
         res["pod_gets_total"] = req(stats_2, "get") - req(base_stats, "get")
+        res["pod_gets_404"] = sum(stats_2.get("get_not_found", {}).values()) - \
+            sum(base_stats.get("get_not_found", {}).values())
         res["lists_to_ready"] = req(stats_ready, "list") - req(base_stats, "list")
 
         # Change to metric: release held locks (a workstation, an own-pod holder, ...).
@@ -570,7 +572,7 @@ def details(results: list[dict]) -> str:
         out.append(f"- {fleet_label(r['objects'])}: items served {r['items']}; list bytes "
                    f"{ {k: fmt_size(v) for k, v in r['api_bytes'].items()} }; list pages to ready "
                    f"{r['lists_to_ready']}; pod GETs in the first 10 s after ready {r['pod_gets_first_10s']}, "
-                   f"{r['pod_gets_total']} in all; requests in the {r['idle_window_s']:.0f} s window "
+                   f"{r['pod_gets_total']} in all ({r['pod_gets_404']} answered 404); requests in the {r['idle_window_s']:.0f} s window "
                    f"{r['req_breakdown_window']}; sequential scrapes {r['seq_n']}, concurrent {r['c10_n']}; "
                    f"release latencies {[round(x) for x in r['release_ms']]} ms, pod-failed "
                    f"{[round(x) for x in r['pod_failed_ms']]} ms; RSS after scrapes {r['rss_after_scrapes_mib']:.0f} MiB"
