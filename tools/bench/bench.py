@@ -1,0 +1,635 @@
+#!/usr/bin/env python3
+"""Issue-9 benchmark driver: the real exporter binary against the fake API server.
+
+Started by scripts/bench.sh (which builds the release binaries first). Per fleet size it starts
+``fake_api`` and the exporter, measures over HTTP and /proc, stops both by PID, and at the end prints
+one Markdown table (plus the API-request breakdown and, at the largest size, what a real Prometheus
+2.42 saw). Nothing here asserts a time: the figures are printed, not judged. Every wait polls a
+condition against a deadline.
+
+Only the standard library and aiohttp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import gzip
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+
+PROM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+               "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+PLAIN = {"Accept": PROM_ACCEPT, "Accept-Encoding": "identity"}
+GZIP = {"Accept": PROM_ACCEPT, "Accept-Encoding": "gzip"}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+MiB = 1024 * 1024
+
+
+def log(*a: object) -> None:
+    print("[bench]", *a, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Processes: started here, stopped here by PID (also on failure and on SIGINT/SIGTERM)
+# ------------------------------------------------------------------------------------------------
+
+PROCS: list[subprocess.Popen] = []
+
+
+def start(argv: list[str], log_path: Path, **kw) -> subprocess.Popen:
+    logf = open(log_path, "ab")
+    logf.write(("$ " + " ".join(argv) + "\n").encode())
+    logf.flush()
+    p = subprocess.Popen(argv, stdout=kw.pop("stdout", logf), stderr=logf, stdin=subprocess.DEVNULL, **kw)
+    PROCS.append(p)
+    return p
+
+
+def stop(p: subprocess.Popen | None, timeout: float = 10.0) -> None:
+    if p is None or p.poll() is not None:
+        return
+    try:
+        os.kill(p.pid, signal.SIGTERM)
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(5)
+    except ProcessLookupError:
+        pass
+
+
+def stop_all() -> None:
+    for p in reversed(PROCS):
+        stop(p)
+    PROCS.clear()
+
+
+def _on_signal(signum, _frame):
+    stop_all()
+    sys.exit(128 + signum)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def wait_for(pred, timeout: float, what: str, interval: float = 0.02):
+    """Polls the (async) predicate until it returns a truthy value, or fails after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            v = await pred()
+            if v:
+                return v
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+            last = e
+        await asyncio.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last})")
+
+
+# ------------------------------------------------------------------------------------------------
+# /proc
+# ------------------------------------------------------------------------------------------------
+
+def status_kib(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def reset_peak(pid: int) -> bool:
+    """Resets VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class PeakRss:
+    """Peak RSS of a phase: VmHWM after a reset, and VmRSS sampled every 5 ms as a fallback."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.max_kib = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                self.max_kib = max(self.max_kib, status_kib(self.pid, "VmRSS"))
+            except OSError:
+                return
+            self._stop.wait(0.005)
+
+    def __enter__(self):
+        self.reset_ok = reset_peak(self.pid)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+        try:
+            if self.reset_ok:
+                self.max_kib = max(self.max_kib, status_kib(self.pid, "VmHWM"))
+        except OSError:
+            pass
+
+    @property
+    def mib(self) -> float:
+        return self.max_kib / 1024
+
+
+# ------------------------------------------------------------------------------------------------
+# HTTP measurements
+# ------------------------------------------------------------------------------------------------
+
+def pct(xs: list[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, -(-len(s) * p // 100) - 1))
+    return s[int(k)]
+
+
+async def timed_get(session: aiohttp.ClientSession, url: str, headers: dict) -> tuple[float, bytes, dict]:
+    t = time.perf_counter()
+    async with session.get(url, headers=headers) as r:
+        body = await r.read()
+        if r.status != 200:
+            raise RuntimeError(f"GET {url}: {r.status}")
+        return time.perf_counter() - t, body, dict(r.headers)
+
+
+async def sequential(session, url, headers, n) -> list[float]:
+    out = []
+    for _ in range(n):
+        dt_, _, _ = await timed_get(session, url, headers)
+        out.append(dt_)
+    return out
+
+
+async def concurrent(url, headers, scrapers: int, each: int) -> list[float]:
+    """``scrapers`` clients, each with its own connection, each scraping ``each`` times back to back."""
+    async def one():
+        async with aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=600)) as s:
+            return await sequential(s, url, headers, each)
+    results = await asyncio.gather(*(one() for _ in range(scrapers)))
+    return [x for r in results for x in r]
+
+
+async def fetch_all_lists(session, api: str) -> tuple[float, int, int]:
+    """A plain fetch of every list the exporter makes (all namespaces, limit=500, following
+    continue), one after another: seconds, bytes, requests."""
+    paths = ["/apis/coordination.k8s.io/v1/leases", "/api/v1/pods", "/apis/events.k8s.io/v1/events",
+             "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformclusters",
+             "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachines",
+             "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachinepools",
+             "/apis/cluster.x-k8s.io/v1beta2/clusters"]
+    token = re.compile(rb'"continue":"([^"]*)"')
+    t = time.perf_counter()
+    total = reqs = 0
+    for p in paths:
+        cont = ""
+        while True:
+            q = {"limit": "500"}
+            if cont:
+                q["continue"] = cont
+            async with session.get(api + p + "?" + urllib.parse.urlencode(q)) as r:
+                body = await r.read()
+            reqs += 1
+            total += len(body)
+            m = token.search(body, 0, 400)
+            if not m or not m.group(1):
+                break
+            cont = m.group(1).decode()
+    return time.perf_counter() - t, total, reqs
+
+
+def metric_line(body: bytes, metric: str, namespace: str, name: str) -> bytes | None:
+    """The sample line of ``metric`` for the object (namespace, name), found without parsing 40 MB."""
+    needle = f'name="{name}"'.encode()
+    start = 0
+    while True:
+        k = body.find(needle, start)
+        if k < 0:
+            return None
+        a = body.rfind(b"\n", 0, k) + 1
+        b = body.find(b"\n", k)
+        line = body[a:b if b >= 0 else len(body)]
+        if line.startswith(metric.encode() + b"{") and f'namespace="{namespace}"'.encode() in line:
+            return line
+        start = k + 1
+
+
+async def change_latency(session, api, metrics_url, path: str, key: str, before, done) -> float:
+    """POSTs a change to the fake API, then scrapes back to back until ``done(body)``. Returns the
+    time from the POST to the end of the first scrape that shows it (an upper bound: it includes
+    that scrape). ``before(body)`` must hold first, so a wrong pick cannot pass at once."""
+    _, body, _ = await timed_get(session, metrics_url, PLAIN)
+    if not before(body) or done(body):
+        raise RuntimeError(f"{path}?{key}: /metrics does not show the state before the change")
+    t0 = time.perf_counter()
+    async with session.post(f"{api}{path}?{key}") as r:
+        if r.status != 200:
+            raise RuntimeError(f"POST {path}?{key}: {r.status} {await r.text()}")
+    deadline = t0 + 60
+    while time.perf_counter() < deadline:
+        _, body, _ = await timed_get(session, metrics_url, PLAIN)
+        if done(body):
+            return time.perf_counter() - t0
+    raise TimeoutError(f"change {path}?{key} not shown on /metrics within 60 s")
+
+
+# ------------------------------------------------------------------------------------------------
+# One fleet size
+# ------------------------------------------------------------------------------------------------
+
+async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
+    res: dict = {"objects": n}
+    api_port = free_port()
+    api = f"http://127.0.0.1:{api_port}"
+    api_log = workdir / f"fake_api-{n}.log"
+    fake = start([args.fake_api, "--objects", str(n), "--held-fraction", str(args.held_fraction),
+                  "--port", str(api_port)], api_log)
+    exporter = prom = None
+    session = aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=600))
+    try:
+        async def api_up():
+            if fake.poll() is not None:
+                raise RuntimeError(f"fake API exited; see {api_log}")
+            async with session.get(api + "/_stats") as r:
+                return r.status == 200
+        t = time.perf_counter()
+        await wait_for(api_up, 600, "the fake API to listen")
+        res["api_build_s"] = time.perf_counter() - t
+        async with session.get(api + "/_info") as r:
+            info = json.loads(await r.read())
+        res["items"] = info["items"]
+        res["api_bytes"] = info["bytes"]
+        held = info["held"]
+        res["leases"] = info["items"]["leases"]
+        res["held"] = len(held)
+
+        # The fake API is not the bottleneck: a plain fetch of the same lists.
+        fetches = [await fetch_all_lists(session, api) for _ in range(3)]
+        res["fetch_s"] = statistics.median(f[0] for f in fetches)
+        res["fetch_bytes"] = fetches[0][1]
+        res["fetch_requests"] = fetches[0][2]
+        async with session.get(api + "/_stats") as r:
+            base_stats = json.loads(await r.read())
+
+        kubeconfig = workdir / f"kubeconfig-{n}"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: fake\n  cluster:\n    server: {api}\n"
+            "users:\n- name: anonymous\n  user: {}\n"
+            "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: anonymous\n"
+            "current-context: fake\n")
+        port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        metrics_url = base + "/metrics"
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
+        ex_log = workdir / f"exporter-{n}.log"
+        t_start = time.perf_counter()
+        exporter = start([args.exporter, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
+                          "--log-level", "warn"], ex_log, env=env)
+        pid = exporter.pid
+
+        async def ready():
+            if exporter.poll() is not None:
+                raise RuntimeError(f"exporter exited with {exporter.returncode}; see {ex_log}")
+            async with session.get(base + "/readyz") as r:
+                await r.read()
+                return r.status == 200
+        await wait_for(ready, 600, "the exporter's /readyz to answer 200")
+        t_ready = time.perf_counter()
+        res["ready_s"] = t_ready - t_start
+        res["ready_cpu_s"] = cpu_seconds(pid)
+        res["rss_ready_mib"] = status_kib(pid, "VmRSS") / 1024
+        res["hwm_ready_mib"] = status_kib(pid, "VmHWM") / 1024
+        async with session.get(api + "/_stats") as r:
+            stats_ready = json.loads(await r.read())
+        log(f"{n}: ready in {res['ready_s']:.2f} s, RSS {res['rss_ready_mib']:.0f} MiB")
+
+        big = n >= 50_000
+        seq_n = args.scrapes or (50 if big else 100)
+        each = 3 if big else 10
+
+        # One scrape's peak, then sequential scrapes.
+        with PeakRss(pid) as one:
+            _, body, hdrs = await timed_get(session, metrics_url, PLAIN)
+        res["peak_1_mib"] = one.mib
+        res["content_type"] = hdrs.get("Content-Type", "")
+        res["plain_bytes"] = len(body)
+        seq = await sequential(session, metrics_url, PLAIN, seq_n)
+        res["seq_n"] = seq_n
+        res["seq_p50_ms"] = pct(seq, 50) * 1e3
+        res["seq_p99_ms"] = pct(seq, 99) * 1e3
+
+        # gzip: does the server compress when asked?
+        _, gz_body, gz_hdrs = await timed_get(session, metrics_url, GZIP)
+        res["gzip_served"] = gz_hdrs.get("Content-Encoding", "").lower() == "gzip"
+        if res["gzip_served"]:
+            res["gzip_bytes"] = len(gz_body)
+            res["gzip_roundtrip_ok"] = gzip.decompress(gz_body).startswith(b"#")
+            gz = await sequential(session, metrics_url, GZIP, min(seq_n, 20))
+            res["gzip_p50_ms"] = pct(gz, 50) * 1e3
+        else:
+            res["gzip_bytes"] = len(gzip.compress(body, compresslevel=1))
+
+        # The static-bytes anchor: the same bytes from a static handler, same client.
+        async with session.put(api + "/_static", data=body) as r:
+            await r.read()
+        static = await sequential(session, api + "/_static", PLAIN, seq_n)
+        res["static_p50_ms"] = pct(static, 50) * 1e3
+        res["static_p99_ms"] = pct(static, 99) * 1e3
+        res["ratio_p99"] = res["seq_p99_ms"] / res["static_p99_ms"]
+
+        # 10 concurrent scrapers.
+        with PeakRss(pid) as ten:
+            conc = await concurrent(metrics_url, PLAIN, 10, each)
+        res["c10_n"] = len(conc)
+        res["c10_p50_ms"] = pct(conc, 50) * 1e3
+        res["c10_p99_ms"] = pct(conc, 99) * 1e3
+        res["c10_peak_mib"] = ten.mib
+
+        # 16 concurrent scrapes at once vs one.
+        with PeakRss(pid) as one_again:
+            await timed_get(session, metrics_url, PLAIN)
+        with PeakRss(pid) as sixteen:
+            await concurrent(metrics_url, PLAIN, 16, 1)
+        res["peak_1_mib"] = max(res["peak_1_mib"], one_again.mib)
+        res["c16_peak_mib"] = sixteen.mib
+        res["rss_after_scrapes_mib"] = status_kib(pid, "VmRSS") / 1024
+        res["hwm_mib"] = status_kib(pid, "VmHWM") / 1024  # since the last reset, see the README
+
+        # Steady state: no scrapes for --idle-seconds (default 60: the exporter's watches ask the
+        # server to close them after 60 s, so a shorter window would see a restart or none); CPU
+        # and API requests over that window. It starts at least 10 s after ready (past the first
+        # live pod reads).
+        async def after_warmup():
+            return time.perf_counter() >= t_ready + 10
+        await wait_for(after_warmup, 15, "10 s after ready", interval=0.1)
+        async with session.get(api + "/_stats") as r:
+            stats_1 = json.loads(await r.read())
+        t1 = time.perf_counter()
+        c1 = cpu_seconds(pid)
+        idle_until = t1 + args.idle_seconds
+
+        async def idle_over():
+            return time.perf_counter() >= idle_until
+        await wait_for(idle_over, args.idle_seconds + 5, "the idle window", interval=0.2)
+        c2 = cpu_seconds(pid)
+        t2 = time.perf_counter()
+        async with session.get(api + "/_stats") as r:
+            stats_2 = json.loads(await r.read())
+        res["idle_window_s"] = t2 - t1
+        res["idle_cpu_pct"] = (c2 - c1) / (t2 - t1) * 100
+
+        def req(stats, verb=None, what=None):
+            out = 0
+            for v, per in stats["requests"].items():
+                if v == "list_start" or (verb and v != verb):
+                    continue
+                out += sum(c for w, c in per.items() if what is None or w == what)
+            return out
+        res["req_per_min"] = (req(stats_2) - req(stats_1)) / (t2 - t1) * 60
+        res["req_breakdown_window"] = {v: {w: c - stats_1["requests"].get(v, {}).get(w, 0) for w, c in per.items()}
+                                       for v, per in stats_2["requests"].items()}
+        res["pod_gets_first_10s"] = req(stats_1, "get") - req(base_stats, "get")
+        res["pod_gets_total"] = req(stats_2, "get") - req(base_stats, "get")
+        res["pod_gets_404"] = sum(stats_2.get("get_not_found", {}).values()) - \
+            sum(base_stats.get("get_not_found", {}).values())
+        res["lists_to_ready"] = req(stats_ready, "list") - req(base_stats, "list")
+
+        # Change to metric: release held locks (a workstation, an own-pod holder, ...).
+        def held_metric(h, value: bytes):
+            def check(body):
+                line = metric_line(body, "captf_state_lock_held", h["namespace"], h["name"])
+                return line is not None and line.rsplit(b" ", 1)[-1] in (value, value + b".0")
+            return check
+        picks = [h for h in held if h["holder"] == "workstation"][:2] + \
+                [h for h in held if h["holder"] == "own_pod_gone"][:1]
+        lat = []
+        for h in picks[:args.changes]:
+            lat.append(await change_latency(session, api, metrics_url, "/_change/release",
+                                            "lease=" + urllib.parse.quote(h["lease"], safe=""),
+                                            held_metric(h, b"1"), held_metric(h, b"0")))
+        res["release_ms"] = [x * 1e3 for x in lat]
+        res["release_median_ms"] = statistics.median(lat) * 1e3 if lat else None
+
+        # A runner pod turning Failed: the lock's class becomes own_stale.
+        def of_class(h, cls: str):
+            def check(body):
+                line = metric_line(body, "captf_state_lock_age_seconds", h["namespace"], h["name"])
+                return line is not None and f'class="{cls}"'.encode() in line
+            return check
+        alive = [h for h in held if h["holder"] == "own_pod_alive"][:args.changes]
+        lat = []
+        for h in alive:
+            lat.append(await change_latency(session, api, metrics_url, "/_change/pod-failed",
+                                            "pod=" + urllib.parse.quote(h["pod"], safe=""),
+                                            of_class(h, "own_live"), of_class(h, "own_stale")))
+        res["pod_failed_ms"] = [x * 1e3 for x in lat]
+        res["pod_failed_median_ms"] = statistics.median(lat) * 1e3 if lat else None
+        res["scrape_after_changes_ms"] = (await timed_get(session, metrics_url, PLAIN))[0] * 1e3
+
+        if with_prometheus:
+            res["prometheus"] = await prometheus_run(args, port, workdir)
+        res["rss_end_mib"] = status_kib(pid, "VmRSS") / 1024
+        if exporter.poll() is not None:
+            raise RuntimeError(f"exporter exited with {exporter.returncode}; see {ex_log}")
+        return res
+    finally:
+        await session.close()
+        stop(prom)
+        stop(exporter)
+        stop(fake)
+
+
+async def prometheus_run(args, port: int, workdir: Path) -> dict:
+    binary = shutil.which("prometheus")
+    if not binary:
+        return {"error": "prometheus not installed"}
+    pdir = workdir / "prometheus"
+    shutil.rmtree(pdir, ignore_errors=True)
+    pdir.mkdir()
+    cfg = pdir / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 15s\n  scrape_timeout: 10s\n"
+                   "scrape_configs:\n- job_name: captf\n  static_configs:\n"
+                   f"  - targets: ['127.0.0.1:{port}']\n")
+    pport = free_port()
+    papi = f"http://127.0.0.1:{pport}"
+    p = start([binary, f"--config.file={cfg}", f"--storage.tsdb.path={pdir / 'data'}",
+               f"--web.listen-address=127.0.0.1:{pport}", "--log.level=warn"], workdir / "prometheus.log")
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+            async def query(expr):
+                async with s.get(papi + "/api/v1/query", params={"query": expr}) as r:
+                    return (await r.json())["data"]["result"]
+
+            async def two_scrapes():
+                if p.poll() is not None:
+                    raise RuntimeError("prometheus exited; see prometheus.log")
+                r = await query('count_over_time(scrape_duration_seconds{job="captf"}[10m])')
+                return r and float(r[0]["value"][1]) >= 2
+            await wait_for(two_scrapes, 120, "Prometheus to scrape the exporter twice", interval=0.5)
+            out = {}
+            for m in ("scrape_duration_seconds", "scrape_samples_scraped", "up"):
+                r = await query(f'{m}{{job="captf"}}[10m]')
+                out[m] = [float(v) for _, v in r[0]["values"]] if r else []
+            return out
+    finally:
+        stop(p)
+
+
+# ------------------------------------------------------------------------------------------------
+# Output
+# ------------------------------------------------------------------------------------------------
+
+def fmt_ms(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    if x >= 1000:
+        return f"{x / 1000:.2f} s"
+    if x >= 10:
+        return f"{x:.0f} ms"
+    return f"{x:.2f} ms"
+
+
+def fmt_size(b: float) -> str:
+    return f"{b / 1e6:.1f} MB" if b >= 1e6 else f"{b / 1e3:.0f} kB"
+
+
+def fleet_label(n: int) -> str:
+    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
+def table(results: list[dict]) -> str:
+    head = ["fleet (objects / Leases / held)", "plain fetch of all lists", "ready (CPU s)", "RSS ready / peak",
+            "scrape p50 / p99", "static bytes p99", "ratio", "10 concurrent scrapers",
+            "peak RSS 1 vs 16 concurrent", "exposition plain / gzip", "change→metric release / pod Failed",
+            "idle CPU", "API req/min"]
+    rows = []
+    for r in results:
+        gz = fmt_size(r["gzip_bytes"]) + (" (served)" if r["gzip_served"] else " (not served; gzip -1)")
+        rows.append([
+            f"{fleet_label(r['objects'])} / {r['leases']} / {r['held']}",
+            f"{fmt_ms(r['fetch_s'] * 1e3)} ({fmt_size(r['fetch_bytes'])}, {r['fetch_requests']} pages)",
+            f"{r['ready_s']:.2f} s ({r['ready_cpu_s']:.2f})",
+            f"{r['rss_ready_mib']:.0f} / {max(r['hwm_ready_mib'], r['c10_peak_mib'], r['c16_peak_mib']):.0f} MiB",
+            f"{fmt_ms(r['seq_p50_ms'])} / {fmt_ms(r['seq_p99_ms'])}",
+            fmt_ms(r["static_p99_ms"]),
+            f"{r['ratio_p99']:.0f}x",
+            f"p50 {fmt_ms(r['c10_p50_ms'])}, p99 {fmt_ms(r['c10_p99_ms'])}, peak RSS {r['c10_peak_mib']:.0f} MiB",
+            f"{r['peak_1_mib']:.0f} / {r['c16_peak_mib']:.0f} MiB ({r['c16_peak_mib'] / max(r['peak_1_mib'], 1):.1f}x)",
+            f"{fmt_size(r['plain_bytes'])} / {gz}",
+            f"{fmt_ms(r['release_median_ms'])} / {fmt_ms(r['pod_failed_median_ms'])}",
+            f"{r['idle_cpu_pct']:.1f} %",
+            f"{r['req_per_min']:.1f}",
+        ])
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def details(results: list[dict]) -> str:
+    out = []
+    for r in results:
+        out.append(f"- {fleet_label(r['objects'])}: items served {r['items']}; list bytes "
+                   f"{ {k: fmt_size(v) for k, v in r['api_bytes'].items()} }; list pages to ready "
+                   f"{r['lists_to_ready']}; pod GETs in the first 10 s after ready {r['pod_gets_first_10s']}, "
+                   f"{r['pod_gets_total']} in all ({r['pod_gets_404']} answered 404); requests in the {r['idle_window_s']:.0f} s window "
+                   f"{r['req_breakdown_window']}; sequential scrapes {r['seq_n']}, concurrent {r['c10_n']}; "
+                   f"release latencies {[round(x) for x in r['release_ms']]} ms, pod-failed "
+                   f"{[round(x) for x in r['pod_failed_ms']]} ms; RSS after scrapes {r['rss_after_scrapes_mib']:.0f} MiB"
+                   + (f"; gzip scrape p50 {fmt_ms(r['gzip_p50_ms'])}, gzip body decompresses to an exposition: "
+                      f"{r['gzip_roundtrip_ok']}" if r["gzip_served"] else "")
+                   + f"; Content-Type {r['content_type']!r}")
+        p = r.get("prometheus")
+        if p:
+            if "error" in p:
+                out.append(f"- Prometheus at {fleet_label(r['objects'])}: {p['error']}")
+            else:
+                d = p["scrape_duration_seconds"]
+                out.append(f"- Prometheus 2.42 at {fleet_label(r['objects'])}: scrape_duration_seconds "
+                           f"{', '.join(f'{x:.2f}' for x in d)} s; scrape_samples_scraped "
+                           f"{', '.join(f'{x:.0f}' for x in p['scrape_samples_scraped'])}; up "
+                           f"{', '.join(f'{x:.0f}' for x in p['up'])}")
+    return "\n".join(out)
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("sizes", nargs="*", type=int, default=[1000, 10000, 100000])
+    ap.add_argument("--exporter", required=True)
+    ap.add_argument("--fake-api", required=True)
+    ap.add_argument("--held-fraction", type=float, default=0.1)
+    ap.add_argument("--scrapes", type=int, default=0, help="sequential scrapes (default 100; 50 from 50k objects)")
+    ap.add_argument("--idle-seconds", type=float, default=60)
+    ap.add_argument("--changes", type=int, default=3, help="changes per kind for change-to-metric")
+    ap.add_argument("--prometheus", choices=["yes", "no"], default="yes",
+                    help="feed the largest size's exposition to a real Prometheus")
+    ap.add_argument("--workdir", default="")
+    ap.add_argument("--json", default="", help="also write the results here")
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="captf-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    log(f"logs in {workdir}")
+    results = []
+    load_before = os.getloadavg()
+    try:
+        for n in args.sizes:
+            last = n == max(args.sizes)
+            results.append(await run_size(args, n, workdir, args.prometheus == "yes" and last))
+    finally:
+        stop_all()
+    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"\n## Benchmark ({when}; {os.cpu_count()} cores, {platform.machine()}, "
+          f"held fraction {args.held_fraction}; load average {load_before[0]:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after)\n")
+    print(table(results))
+    print()
+    print(details(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
