@@ -54,6 +54,22 @@ pub fn handle(
     if method != Method::GET && method != Method::HEAD {
         return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "method not allowed\n");
     }
+    // On-call pages (src/pages): `/` with its query, `/locks/<ns>/<kind>/<name>`.
+    const HTML: &str = "text/html; charset=utf-8";
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    if path == "/" {
+        return reply(
+            StatusCode::OK,
+            HTML,
+            crate::pages::locks_page(shared, query),
+        );
+    }
+    if let Some(rest) = path.strip_prefix("/locks/") {
+        return match crate::pages::lock_page(shared, rest) {
+            Some(page) => reply(StatusCode::OK, HTML, page),
+            None => reply(StatusCode::NOT_FOUND, TEXT, "no such held lock\n"),
+        };
+    }
     match path {
         "/metrics" => {
             let format = Format::negotiate(accept);
@@ -137,7 +153,11 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
                     // Rendering 100k objects takes milliseconds of CPU: keep it
                     // off the reactor threads.
                     let method = req.method().clone();
-                    let path = req.uri().path().to_owned();
+                    let path = req
+                        .uri()
+                        .path_and_query()
+                        .map_or("/", |p| p.as_str())
+                        .to_owned();
                     let resp = tokio::task::spawn_blocking(move || {
                         handle(&shared, &method, &path, accept.as_deref())
                     })
