@@ -214,3 +214,6 @@ pub async fn explain(
     fix::fix_text(&report, inputs.as_ref(), out);
     0
 }
+
+#[cfg(test)]
+mod tests;
