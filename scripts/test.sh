@@ -12,7 +12,7 @@ log() { printf '\n=== %s ===\n' "$*"; }
 
 install_deps() {
   log "install dependencies"
-  local apt_pkgs=(prometheus prometheus-alertmanager yamllint)
+  local apt_pkgs=(prometheus prometheus-alertmanager yamllint chromium)
   local missing=()
   for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -gt 0 ]; then
