@@ -12,7 +12,7 @@ log() { printf '\n=== %s ===\n' "$*"; }
 
 install_deps() {
   log "install dependencies"
-  local apt_pkgs=(prometheus prometheus-alertmanager yamllint)
+  local apt_pkgs=(prometheus prometheus-alertmanager yamllint chromium)
   local missing=()
   for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -55,7 +55,12 @@ stage_e2e() {
   EXPORTER_BIN="$ROOT/target/debug/captf-lock-exporter" python3 -m pytest -q -s tests/e2e || return 1
 }
 
-ALL=(rust alerts dashboards chart integration e2e)
+stage_bench() {
+  log "benchmark smoke run: 1k objects, real binary, fake API (no times asserted)"
+  ./scripts/bench.sh --smoke || return 1
+}
+
+ALL=(rust alerts dashboards chart integration e2e bench)
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=("${ALL[@]}")
 

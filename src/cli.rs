@@ -56,12 +56,54 @@ pub struct Cli {
 }
 
 /// Subcommands.
-#[derive(Debug, Subcommand, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Subcommand, Clone, PartialEq, Eq)]
 pub enum Command {
     /// Watch a real cluster (the default).
     Run,
     /// Run the same pipeline on an embedded simulated cluster; no Kubernetes needed.
     Demo,
+    /// List the held state locks once, most urgent first (GET only).
+    Locks(LocksArgs),
+    /// Explain one object's state lock: the evidence and the runbook's fix (GET only).
+    Explain(ExplainArgs),
+}
+
+/// `locks` options (kubectl's conventions).
+#[derive(Debug, clap::Args, Clone, PartialEq, Eq)]
+pub struct LocksArgs {
+    /// Namespace (default: the kubeconfig context's).
+    #[arg(short = 'n', long = "namespace", value_parser = namespace, conflicts_with = "all_namespaces")]
+    pub namespace: Option<String>,
+    /// Every namespace.
+    #[arg(short = 'A', long = "all-namespaces")]
+    pub all_namespaces: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// Exit 1 when a foreign or unknown lock is past its lockTimeoutSeconds.
+    #[arg(long)]
+    pub fail_on_overdue: bool,
+}
+
+/// `explain` options.
+#[derive(Debug, clap::Args, Clone, PartialEq, Eq)]
+pub struct ExplainArgs {
+    /// KIND/NAME, KIND as kubectl takes it (terraformmachine, TerraformMachine, terraformmachines, ...).
+    pub target: String,
+    /// Namespace (default: the kubeconfig context's).
+    #[arg(short = 'n', long = "namespace", value_parser = namespace)]
+    pub namespace: Option<String>,
+}
+
+/// `locks -o`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Aligned columns.
+    Table,
+    /// More columns.
+    Wide,
+    /// JSON for scripts.
+    Json,
 }
 
 /// Log output format.

@@ -81,7 +81,8 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     let (shared, confirm_rx) = Shared::new();
     let listener = server::bind(cli.listen_address).await?;
     let mut tasks = Supervisor::new();
-    let client = match cli.command.unwrap_or(Command::Run) {
+    let client = match cli.command.clone().unwrap_or(Command::Run) {
+        Command::Locks(_) | Command::Explain(_) => return Ok(()),
         Command::Run => client(&cli).await?,
         Command::Demo => {
             let (client, simulation) = demo::start();
@@ -134,6 +135,52 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     Ok(())
 }
 
+/// `locks` and `explain`: one read of the kubeconfig's cluster, printed.
+async fn oncall_command(cli: &Cli) -> ExitCode {
+    use captf_lock_exporter::cli::OutputFormat;
+    use captf_lock_exporter::oncall::{self, render::Output, EXIT_ERROR};
+    let client = match client(cli).await {
+        Ok(c) => c,
+        Err(err) => {
+            eprintln!("captf-lock-exporter: {err}");
+            return ExitCode::from(EXIT_ERROR as u8);
+        }
+    };
+    let default_ns = client.default_namespace().to_string();
+    let (mut out, mut err) = (String::new(), String::new());
+    let code = match &cli.command {
+        Some(Command::Locks(a)) => {
+            let scope = if a.all_namespaces {
+                None
+            } else {
+                Some(a.namespace.clone().unwrap_or(default_ns))
+            };
+            let output = match a.output {
+                OutputFormat::Table => Output::Table,
+                OutputFormat::Wide => Output::Wide,
+                OutputFormat::Json => Output::Json,
+            };
+            oncall::locks(
+                &client,
+                scope.as_deref(),
+                output,
+                a.fail_on_overdue,
+                &mut out,
+                &mut err,
+            )
+            .await
+        }
+        Some(Command::Explain(a)) => {
+            let ns = a.namespace.clone().unwrap_or(default_ns);
+            oncall::explain(&client, &a.target, &ns, &mut out, &mut err).await
+        }
+        _ => EXIT_ERROR,
+    };
+    print!("{out}");
+    eprint!("{err}");
+    ExitCode::from(u8::try_from(code).unwrap_or(2))
+}
+
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
@@ -162,6 +209,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(Command::Locks(_) | Command::Explain(_)) = &cli.command {
+        return runtime.block_on(oncall_command(&cli));
+    }
     let result = runtime.block_on(run(cli));
     // A render still running on a blocking thread must not hold the exit.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));

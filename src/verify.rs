@@ -15,8 +15,9 @@ use crate::index::{ObjectKey, PodRead, Resource};
 use crate::shared::Shared;
 use crate::watch::trim::PodObject;
 
-/// Reads a pod once, uncached: `GET pods/<name>`.
-async fn read_pod(client: &Client, namespace: &str, name: &str) -> PodRead {
+/// Reads a pod once, uncached: `GET pods/<name>` (also used by the
+/// one-shot commands).
+pub async fn read_pod(client: &Client, namespace: &str, name: &str) -> PodRead {
     let api: Api<PodObject> = crate::watch::api_of(client, Some(namespace), Resource::Pods, "v1");
     // The client retries 429/503/504 on its own for minutes; a verdict that
     // late is no verdict: call it a failed read.

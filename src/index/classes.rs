@@ -185,7 +185,7 @@ impl Index {
     /// Records a live read of a holder pod and reclassifies its locks.
     pub fn record_pod_read(&mut self, pod: ObjectKey, read: PodRead, now: SystemTime) -> Effects {
         let mut fx = Effects::default();
-        self.pods.record_read(pod.clone(), read);
+        self.pods.record_read(pod.clone(), read, now);
         self.reclassify_holder(&pod, now, &mut fx);
         fx
     }

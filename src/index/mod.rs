@@ -23,6 +23,7 @@ pub mod locks;
 mod overdue;
 pub mod pods;
 pub mod policy;
+mod report;
 mod resource;
 mod views;
 
@@ -36,6 +37,7 @@ pub use force_unlocks::MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE;
 pub use keys::{LockKey, ObjectKey, ObjectRef};
 pub use locks::{Lock, LockState};
 pub use pods::PodRead;
+pub use report::LockFilter;
 pub use resource::{Resource, ResourceSpec};
 pub use views::{LockView, Overdue};
 

@@ -6,6 +6,7 @@
 //! cache, the reads' results, and decides which pods need a read.
 
 use std::collections::HashMap;
+use std::time::SystemTime;
 
 use super::entries::PodState;
 use super::keys::ObjectKey;
@@ -30,6 +31,8 @@ pub struct PodIndex {
     cache: HashMap<ObjectKey, PodState>,
     /// Live reads of holder pods the cache called not live.
     reads: HashMap<ObjectKey, PodRead>,
+    /// When each entry of `reads` was recorded (for the lock pages).
+    read_at: HashMap<ObjectKey, SystemTime>,
 }
 
 impl PodIndex {
@@ -54,6 +57,7 @@ impl PodIndex {
         }
         // The cache moved: an earlier live read no longer describes the pod.
         self.reads.remove(&key);
+        self.read_at.remove(&key);
         true
     }
 
@@ -71,15 +75,32 @@ impl PodIndex {
         self.cache.get(pod).is_some_and(|p| !p.finished)
     }
 
-    /// Records a live read.
-    pub fn record_read(&mut self, pod: ObjectKey, read: PodRead) {
+    /// Records a live read made at `at`.
+    pub fn record_read(&mut self, pod: ObjectKey, read: PodRead, at: SystemTime) {
+        self.read_at.insert(pod.clone(), at);
         self.reads.insert(pod, read);
+    }
+
+    /// The cached pod, if the watch has it.
+    pub fn cached(&self, pod: &ObjectKey) -> Option<PodState> {
+        self.cache.get(pod).copied()
+    }
+
+    /// The last live read of a holder pod and when it was recorded.
+    pub fn last_read(&self, pod: &ObjectKey) -> Option<(PodRead, Option<SystemTime>)> {
+        let read = *self.reads.get(pod)?;
+        Some((read, self.read_at.get(pod).copied()))
     }
 
     /// What is known of a holder pod; None while a live read is pending.
     pub fn evidence(&self, pod: &ObjectKey) -> Option<PodEvidence> {
-        if self.cached_live(pod) {
-            return Some(PodEvidence::Live);
+        // Succeeded and Failed are final: a pod the watch shows there can
+        // only stay there or be deleted, both stale for CAPTF, so only a
+        // cache *miss* needs a live read.
+        match self.cache.get(pod) {
+            Some(p) if p.finished => return Some(PodEvidence::Finished),
+            Some(_) => return Some(PodEvidence::Live),
+            None => {}
         }
         Some(match self.reads.get(pod)? {
             PodRead::Live => PodEvidence::Live,
@@ -90,9 +111,9 @@ impl PodIndex {
     }
 
     /// Whether a read of a holder pod is still useful: the cache does not
-    /// show it live and no read has settled it as gone or finished.
+    /// have it and no read has settled it as gone or finished.
     pub fn needs_read(&self, pod: &ObjectKey) -> bool {
-        !self.cached_live(pod)
+        !self.cache.contains_key(pod)
             && !matches!(
                 self.reads.get(pod),
                 Some(PodRead::Gone) | Some(PodRead::Finished)
@@ -100,10 +121,10 @@ impl PodIndex {
     }
 
     /// Whether a holder pod needs a new read on the periodic re-check: the
-    /// cache does not show it live and its last read failed or found it
-    /// live (cache lag that has not resolved), or it was never read.
+    /// cache does not have it and its last read failed or found it live
+    /// (cache lag that has not resolved), or it was never read.
     pub fn needs_recheck(&self, pod: &ObjectKey) -> bool {
-        !self.cached_live(pod)
+        !self.cache.contains_key(pod)
             && matches!(
                 self.reads.get(pod),
                 None | Some(PodRead::Failed) | Some(PodRead::Live)
@@ -113,6 +134,8 @@ impl PodIndex {
     /// Drops read results of pods `still_named` rejects.
     pub fn gc_reads(&mut self, still_named: impl Fn(&ObjectKey) -> bool) {
         self.reads.retain(|pod, _| still_named(pod));
+        let reads = &self.reads;
+        self.read_at.retain(|pod, _| reads.contains_key(pod));
     }
 
     /// Number of cached pods.

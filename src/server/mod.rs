@@ -63,6 +63,22 @@ pub fn handle(
     if method != Method::GET && method != Method::HEAD {
         return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "method not allowed\n");
     }
+    // On-call pages (src/pages): `/` with its query, `/locks/<ns>/<kind>/<name>`.
+    const HTML: &str = "text/html; charset=utf-8";
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+    if path == "/" {
+        return reply(
+            StatusCode::OK,
+            HTML,
+            crate::pages::locks_page(shared, query),
+        );
+    }
+    if let Some(rest) = path.strip_prefix("/locks/") {
+        return match crate::pages::lock_page(shared, rest) {
+            Some(page) => reply(StatusCode::OK, HTML, page),
+            None => reply(StatusCode::NOT_FOUND, TEXT, "no such held lock\n"),
+        };
+    }
     match path {
         "/metrics" => {
             let format = Format::negotiate(accept);
@@ -162,9 +178,14 @@ pub async fn respond(
             .and_then(|v: &HeaderValue| v.to_str().ok())
     };
     let method = req.method().clone();
-    let path = req.uri().path().to_owned();
+    // The pages read their filters from the query string.
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
     let accept = header(ACCEPT).map(str::to_owned);
-    if path == "/metrics" && (method == Method::GET || method == Method::HEAD) {
+    if req.uri().path() == "/metrics" && (method == Method::GET || method == Method::HEAD) {
         let format = Format::negotiate(accept.as_deref());
         let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
         return match cache.body(format, encoding).await {

@@ -31,19 +31,17 @@ fn stale_needs_a_live_read_before_it_is_reported() {
 }
 
 #[test]
-fn failed_pod_turns_stale_after_confirmation_and_keeps_live_meanwhile() {
+fn a_pod_the_watch_shows_finished_is_stale_without_a_read() {
+    // Succeeded and Failed are final phases: the pod can only stay there
+    // or be deleted, both stale for CAPTF. Only a cache miss is read.
     let (mut ix, _) = web_locked_by_own_pod(Some(false));
     let fx = ix.feed(Resource::Pods, pod(WEB_POD, true));
-    assert_eq!(fx.confirm, vec![ObjectKey::new(NS, WEB_POD)]);
-    assert!(
-        fx.class_changes.is_empty(),
-        "pending read keeps the last verdict"
-    );
-    assert_eq!(web_class(&ix), Some(HolderClass::OwnLive));
-    let fx = ix.record_pod_read(ObjectKey::new(NS, WEB_POD), PodRead::Finished, t0());
+    assert!(fx.confirm.is_empty(), "{fx:?}");
     assert_eq!(web_class(&ix), Some(HolderClass::OwnStale));
     assert_eq!(fx.class_changes[0].from, Some(HolderClass::OwnLive));
     assert_eq!(fx.class_changes[0].to, Some(HolderClass::OwnStale));
+    assert!(!ix.needs_read(&ObjectKey::new(NS, WEB_POD)));
+    assert!(ix.pods_to_recheck().is_empty());
 }
 
 #[test]
@@ -274,7 +272,7 @@ fn a_new_lock_never_inherits_the_previous_locks_class() {
     // An update of the same lock still keeps its verdict while a read is
     // pending (no own_live -> own_unverified flap).
     let (mut ix, _) = web_locked_by_own_pod(Some(false));
-    ix.feed(Resource::Pods, pod(WEB_POD, true));
+    ix.feed(Resource::Pods, gone(WEB_POD));
     let fx = ix.feed(
         Resource::Leases,
         lease_change(m, "web", Some(info(&format!("@{WEB_POD}")))),

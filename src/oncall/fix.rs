@@ -1,0 +1,269 @@
+//! The runbook's fix for one lock, by class, with every value filled in:
+//! what `explain` prints after the evidence chain. Sans-IO: the values the
+//! commands need (pinned image, backend labels) are looked up by the
+//! caller and passed in, each either found or named as unreadable with
+//! the command that would read it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::core::classify::HolderClass;
+use crate::core::kind::Kind;
+
+use super::model::{human_duration, kubectl_kind, LockReport, OwnVerdict};
+use super::shell::{has_control, shq};
+
+/// Labels the kubernetes backend sets itself on the Lease and the state
+/// Secrets; every other label of the Lease came from the Job's `labels`.
+pub const BACKEND_OWN_LABELS: [&str; 4] = [
+    "tfstate",
+    "tfstateSecretSuffix",
+    "tfstateWorkspace",
+    "app.kubernetes.io/managed-by",
+];
+
+/// Annotation of the applied-inputs Secret with the pinned image digest.
+pub const IMAGE_DIGEST_ANNOTATION: &str = "captf.io/image-digest";
+/// Annotation of the applied-inputs Secret with the image reference.
+pub const IMAGE_ANNOTATION: &str = "captf.io/image";
+
+/// The minimal root module force-unlock needs: a backend declaration.
+pub const MAIN_TF_JSON: &str =
+    "{\n  \"terraform\": {\n    \"backend\": {\n      \"kubernetes\": {}\n    }\n  }\n}";
+
+/// A value the fix needs: found (and where), or not readable (why, and
+/// the command that reads it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The value and where it came from.
+    Found {
+        /// The value.
+        value: String,
+        /// Where it was read.
+        from: String,
+    },
+    /// Could not be read.
+    Unreadable {
+        /// What could not be read and why, in words.
+        why: String,
+        /// A shell command that prints the value.
+        read_with: String,
+    },
+}
+
+/// CAPTF's applied-inputs Secret of an object (`captf-applied-<short>-<name>`).
+pub fn applied_secret_name(kind: Kind, name: &str) -> String {
+    format!("captf-applied-{}-{name}", kind.short())
+}
+
+/// `<image>@<digest>` from a digest annotation or `status.source.imageDigest`
+/// (`repo@sha256:…`), or from an image reference and a bare digest
+/// (`sha256:…`): the tag is dropped, `@` and the digest appended.
+pub fn pinned_image(image: Option<&str>, digest: &str) -> Option<String> {
+    let digest = digest.trim();
+    if digest.is_empty() {
+        return None;
+    }
+    if digest.contains('@') {
+        return Some(digest.to_string());
+    }
+    let image = image?.trim();
+    let repo = image.split('@').next().unwrap_or(image);
+    // A ':' after the last '/' is a tag; one before it is a registry port.
+    let repo = match repo.rfind(':') {
+        Some(i) if !repo[i..].contains('/') => &repo[..i],
+        _ => repo,
+    };
+    (!repo.is_empty()).then(|| format!("{repo}@{digest}"))
+}
+
+/// The backend labels the Job passes, from the Lease's labels: every label
+/// but the backend's own. None when the Lease carries no CAPTF owner label
+/// (re-created by hand: its labels then say nothing).
+pub fn backend_labels(lease_labels: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    if !lease_labels.contains_key("captf.infrastructure.cluster.x-k8s.io/owner-kind") {
+        return None;
+    }
+    Some(
+        lease_labels
+            .iter()
+            .filter(|(k, _)| !BACKEND_OWN_LABELS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    )
+}
+
+/// The labels CAPTF passes to the backend for an object (`state.BackendLabels`):
+/// owner kind and name, cluster name, managed and clusterctl's move label.
+pub fn captf_backend_labels(
+    kind: Kind,
+    name: &str,
+    cluster: Option<&str>,
+) -> BTreeMap<String, String> {
+    use crate::core::suffix::owner_name_label_value as label_value;
+    [
+        (
+            "captf.infrastructure.cluster.x-k8s.io/owner-kind",
+            kind.as_str().to_string(),
+        ),
+        (
+            "captf.infrastructure.cluster.x-k8s.io/owner-name",
+            label_value(name),
+        ),
+        (
+            "cluster.x-k8s.io/cluster-name",
+            label_value(cluster.unwrap_or_default()),
+        ),
+        ("captf.io/managed", "true".to_string()),
+        ("clusterctl.cluster.x-k8s.io/move", String::new()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+fn go_quote(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The labels as the HCL object the Job passes (CAPTF's `HCLMap`: sorted,
+/// quoted keys, no spaces): `{"a"="b","c"=""}`.
+pub fn hcl_map(labels: &BTreeMap<String, String>) -> String {
+    let parts: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{}={}", go_quote(k), go_quote(v)))
+        .collect();
+    format!("{{{}}}", parts.join(","))
+}
+
+/// What the fix needs beyond the report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FixInputs {
+    /// The pinned `<image>@<digest>`.
+    pub image: Lookup,
+    /// The backend labels as an HCL object.
+    pub labels: Lookup,
+}
+
+/// The fix section `explain` prints for `r`.
+pub fn fix_text(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
+    let ns = shq(&r.namespace);
+    let kind = kubectl_kind(r.kind);
+    let name = shq(&r.name);
+    let _ = writeln!(out, "\nWhat to do ({}):", r.class);
+    match r.class {
+        HolderClass::OwnLive => {
+            let _ = writeln!(
+                out,
+                "  Do not unlock. The holder is this object's own runner and it is alive; a second\n  writer would corrupt the state. Let it finish."
+            );
+            #[allow(clippy::cast_precision_loss)]
+            let left = r.active_deadline.seconds as f64 - r.age_seconds;
+            let _ = writeln!(
+                out,
+                "  Its Job is stopped at activeDeadlineSeconds ({} s): at most {} from now (counted from\n  the lock's creation; the Job started earlier), then the runner has up to 600 s to release\n  the lock. CAPTFStateLockHeldTooLong fires if it is still held after that.",
+                r.active_deadline.seconds,
+                human_duration(left.max(0.0))
+            );
+            if let Some(cmd) = &r.commands.pod {
+                let _ = writeln!(out, "  Follow the pod:\n    {cmd} -w");
+            }
+        }
+        HolderClass::OwnStale => {
+            let _ = writeln!(
+                out,
+                "  Nothing to unlock by hand: CAPTF force-unlocks lock ID {} when it starts this\n  object's next Job. If no Job is due (an apply waiting for approval, a long backoff),\n  nudge a reconcile by changing an annotation:\n    kubectl annotate -n {ns} {kind} {name} captf-lock-exporter/reconcile-nudge=\"$(date +%s)\" --overwrite",
+                shq(&r.lock_id)
+            );
+            let _ = writeln!(
+                out,
+                "  Then watch the lock clear (empty output):\n    {}",
+                r.commands.confirm
+            );
+        }
+        HolderClass::OwnUnverified => {
+            let cmd = r.commands.pod.clone().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  The exporter could not read the holder pod. Read it yourself:\n    {cmd}\n  Exists and not Succeeded/Failed: the lock is live, do not unlock. Not found, Succeeded\n  or Failed: CAPTF force-unlocks it with the object's next Job (as own_stale)."
+            );
+        }
+        HolderClass::Foreign | HolderClass::Unknown => foreign_fix(r, inputs, out),
+    }
+}
+
+fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
+    let ns = shq(&r.namespace);
+    let who = match &r.own {
+        OwnVerdict::NotOwn { .. } if r.host.is_some() => format!(
+            "  1. Make sure nothing still holds it: whoever runs on host {} (a terraform/tofu\n     command still running there owns the lock), or, if the host is a pod:\n       {}\n",
+            shq(r.host.as_deref().unwrap_or_default()),
+            r.commands.pod.clone().unwrap_or_default()
+        ),
+        _ => "  1. Make sure nothing still holds it: the holder is unknown (no readable Who), so confirm\n     with the people and pipelines that use this object's state that none is running.\n".into(),
+    };
+    let _ = writeln!(
+        out,
+        "  CAPTF never releases this lock; every Job of the object waits {} s for it and fails.\n  Never delete the Lease.\n{who}  2. Force-unlock it with the object's pinned runtime image:",
+        r.lock_timeout.seconds
+    );
+    let image = match inputs.map(|i| &i.image) {
+        Some(Lookup::Found { value, from }) => {
+            let _ = writeln!(out, "     (image from {from})");
+            format!("IMAGE={}", shq(value))
+        }
+        Some(Lookup::Unreadable { why, read_with }) => {
+            let _ = writeln!(out, "     (could not read the pinned image: {why})");
+            format!("IMAGE=\"$({read_with})\"")
+        }
+        None => "IMAGE='<image>@<digest>'".into(),
+    };
+    let labels = match inputs.map(|i| &i.labels) {
+        Some(Lookup::Found { value, from }) => {
+            let _ = writeln!(out, "     (backend labels from {from})");
+            format!("LABELS={}", shq(value))
+        }
+        Some(Lookup::Unreadable { why, read_with }) => {
+            let _ = writeln!(out, "     (could not derive the backend labels: {why})");
+            format!("LABELS=\"$({read_with})\"")
+        }
+        None => "LABELS='<labels>'".into(),
+    };
+    let id_note = if has_control(&r.lock_id) {
+        "     (the lock ID holds control characters, shown as '?': copy it from the Lease)\n"
+    } else {
+        ""
+    };
+    let _ = write!(
+        out,
+        "\n    {image}\n    {labels}\n    mkdir -p root\n    cat > root/main.tf.json <<'EOF'\n{}\nEOF\n    echo '{{}}' > root/terraform.tfvars.json\n\n",
+        MAIN_TF_JSON
+            .lines()
+            .map(|l| format!("    {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let _ = writeln!(
+        out,
+        "    docker run --rm --entrypoint /captf/runtime \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" init -input=false -no-color \\\n      -backend-config=secret_suffix={} -backend-config=namespace={ns} \\\n      -backend-config=in_cluster_config=true -backend-config=\"labels=$LABELS\"\n\n    docker run --rm --entrypoint /captf/runtime \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" force-unlock -force {}\n{id_note}",
+        shq(&r.suffix),
+        shq(&r.lock_id)
+    );
+    let _ = writeln!(
+        out,
+        "     in_cluster_config=true uses the credentials of the pod it runs in: run it from a pod of\n     the management cluster that may get and update Leases and Secrets in {ns}. From a\n     workstation, mount a kubeconfig instead: add -v \"$HOME/.kube/config:/kube/config:ro\" and\n     use -backend-config=in_cluster_config=false -backend-config=config_path=/kube/config.\n  3. Confirm the lock is clear (empty output):\n    {}",
+        r.commands.confirm
+    );
+}

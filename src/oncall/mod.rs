@@ -1,0 +1,219 @@
+//! On-call tools: the report of a held lock ([`model`]), the runbook's fix
+//! for it ([`fix`]), and the one-shot commands `locks` and `explain`
+//! ([`locks`], [`explain`]) that read a cluster once ([`collect`], GET
+//! only) and print them. The class always comes from the exporter's own
+//! index and core: there is no second classifier.
+
+pub mod collect;
+pub mod fix;
+pub mod model;
+pub mod render;
+pub mod shell;
+
+use std::time::SystemTime;
+
+use kube::Client;
+
+use crate::core::classify::HolderClass;
+use crate::core::kind::Kind;
+use crate::core::suffix::{lock_lease_name, state_suffix};
+use crate::index::{LockFilter, ObjectKey, ObjectRef};
+use fix::{backend_labels, hcl_map, FixInputs, Lookup};
+use model::{sort_by_urgency, LockReport};
+use render::Output;
+
+/// Exit code: something needs a person (`locks --fail-on-overdue`), or
+/// `explain` found no such object.
+pub const EXIT_ATTENTION: i32 = 1;
+/// Exit code: the cluster could not be read.
+pub const EXIT_ERROR: i32 = 2;
+
+/// Parses a kind as kubectl accepts it: the Kind, its singular or plural
+/// resource name, any case, optionally followed by `.<group>` (or
+/// `.<version>.<group>`). CAPTF's CRDs declare no short names.
+pub fn parse_kind(s: &str) -> Option<Kind> {
+    let lower = s.to_ascii_lowercase();
+    let (head, group) = lower.split_once('.').unwrap_or((&lower, ""));
+    let group_ok = group.is_empty()
+        || group == crate::core::kind::API_GROUP
+        || group
+            == format!(
+                "{}.{}",
+                crate::core::kind::API_VERSION,
+                crate::core::kind::API_GROUP
+            );
+    if !group_ok {
+        return None;
+    }
+    Kind::ALL.into_iter().find(|k| {
+        let singular = k.as_str().to_ascii_lowercase();
+        head == singular || head == k.plural()
+    })
+}
+
+/// Splits `KIND/NAME`.
+pub fn parse_target(s: &str) -> Result<(Kind, String), String> {
+    let (kind, name) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?}: expected KIND/NAME, e.g. terraformmachine/web"))?;
+    let kind = parse_kind(kind).ok_or_else(|| {
+        format!("{kind:?} is not a CAPTF kind (terraformcluster, terraformmachine, terraformmachinepool)")
+    })?;
+    if name.is_empty() {
+        return Err(format!("{s:?}: the name is empty"));
+    }
+    Ok((kind, name.to_string()))
+}
+
+/// Reports of every held lock of a snapshot, most urgent first.
+pub fn reports_of(
+    snap: &collect::Snapshot,
+    filter: &LockFilter,
+    now: SystemTime,
+) -> Vec<LockReport> {
+    let mut reports: Vec<LockReport> = snap
+        .index
+        .held_lock_facts(filter)
+        .into_iter()
+        .map(|mut f| {
+            f.force_unlock_events_present = Some(
+                snap.events_present
+                    .get(&ObjectRef::new(&f.namespace, f.kind_label, &f.name))
+                    .copied()
+                    .unwrap_or(0),
+            );
+            LockReport::build(&f, now)
+        })
+        .collect();
+    sort_by_urgency(&mut reports);
+    reports
+}
+
+/// `locks`: prints the held locks of `scope` (None: all namespaces) and
+/// returns the exit code.
+pub async fn locks(
+    client: &Client,
+    scope: Option<&str>,
+    output: Output,
+    fail_on_overdue: bool,
+    out: &mut String,
+    err: &mut String,
+) -> i32 {
+    let snap = match collect::snapshot(client, scope).await {
+        Ok(s) => s,
+        Err(e) => {
+            err.push_str(&format!("error: {e}\n"));
+            return EXIT_ERROR;
+        }
+    };
+    for w in &snap.warnings {
+        err.push_str(&format!("warning: {w}\n"));
+    }
+    let reports = reports_of(&snap, &LockFilter::default(), SystemTime::now());
+    if reports.is_empty() && output != Output::Json {
+        err.push_str("No held state locks found.\n");
+    } else {
+        out.push_str(&render::locks_output(&reports, output));
+    }
+    let attention = reports
+        .iter()
+        .filter(|r| r.overdue && matches!(r.class, HolderClass::Foreign | HolderClass::Unknown))
+        .count();
+    if fail_on_overdue && attention > 0 {
+        err.push_str(&format!(
+            "{attention} foreign or unknown lock(s) past lockTimeoutSeconds need a person\n"
+        ));
+        return EXIT_ATTENTION;
+    }
+    0
+}
+
+/// `explain`: prints one lock's evidence chain and fix; returns the exit code.
+pub async fn explain(
+    client: &Client,
+    target: &str,
+    namespace: &str,
+    out: &mut String,
+    err: &mut String,
+) -> i32 {
+    let (kind, name) = match parse_target(target) {
+        Ok(t) => t,
+        Err(e) => {
+            err.push_str(&format!("error: {e}\n"));
+            return EXIT_ERROR;
+        }
+    };
+    let snap = match collect::snapshot(client, Some(namespace)).await {
+        Ok(s) => s,
+        Err(e) => {
+            err.push_str(&format!("error: {e}\n"));
+            return EXIT_ERROR;
+        }
+    };
+    for w in &snap.warnings {
+        err.push_str(&format!("warning: {w}\n"));
+    }
+    let now = SystemTime::now();
+    let Some(mut facts) = snap.index.lock_facts(namespace, kind.as_str(), &name) else {
+        let lease = lock_lease_name(&state_suffix(namespace, kind, &name));
+        let exists = snap
+            .lease_labels
+            .contains_key(&ObjectKey::new(namespace, &lease));
+        if exists {
+            out.push_str(&format!(
+                "{kind} {namespace}/{name}: the lock is not held (Lease {lease} has no holder). Nothing to do.\n"
+            ));
+            return 0;
+        }
+        err.push_str(&format!(
+            "{kind} {namespace}/{name}: no held lock and no lock Lease {lease} in namespace {namespace}\n"
+        ));
+        return EXIT_ATTENTION;
+    };
+    facts.force_unlock_events_present = Some(
+        snap.events_present
+            .get(&ObjectRef::new(namespace, kind.as_str(), &name))
+            .copied()
+            .unwrap_or(0),
+    );
+    let report = LockReport::build(&facts, now);
+    out.push_str(&render::evidence_text(&report));
+    let inputs = if matches!(report.class, HolderClass::Foreign | HolderClass::Unknown) {
+        let image = collect::pinned_image(client, namespace, kind, &name).await;
+        let lease_key = ObjectKey::new(namespace, &report.lease);
+        let labels = match snap.lease_labels.get(&lease_key).and_then(backend_labels) {
+            Some(l) => Lookup::Found {
+                value: hcl_map(&l),
+                from: format!("the labels of Lease {}", report.lease),
+            },
+            None => match snap.index.object_cluster_label(namespace, kind, &name) {
+                Some(cluster) => Lookup::Found {
+                    value: hcl_map(&fix::captf_backend_labels(kind, &name, cluster.as_deref())),
+                    from: format!(
+                        "CAPTF's backend-label rule for this object (Lease {} carries no owner labels)",
+                        report.lease
+                    ),
+                },
+                None => Lookup::Unreadable {
+                    why: format!(
+                        "Lease {} carries no CAPTF owner labels and the object is not known",
+                        report.lease
+                    ),
+                    read_with: format!(
+                        "kubectl get secret -n {} tfstate-default-{} -o json | jq -c '.metadata.labels | del(.tfstate, .tfstateSecretSuffix, .tfstateWorkspace, .\"app.kubernetes.io/managed-by\")'",
+                        shell::shq(namespace),
+                        report.suffix
+                    ),
+                },
+            },
+        };
+        Some(FixInputs { image, labels })
+    } else {
+        None
+    };
+    fix::fix_text(&report, inputs.as_ref(), out);
+    0
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+//! Terminal output of `locks` (table, wide, json) and of `explain`'s
+//! evidence chain. Every value from the cluster goes through [`show`].
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use super::model::{human_duration, source_text, LockReport, OwnVerdict};
+use super::shell::show;
+
+/// Output format of `locks`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Aligned columns.
+    Table,
+    /// Aligned columns with lock ID, Lease, deadline and sources.
+    Wide,
+    /// A JSON array of reports.
+    Json,
+}
+
+const HOLDER_WIDTH: usize = 40;
+
+fn cut(s: &str, max: usize) -> String {
+    let s = show(s);
+    if s.chars().count() <= max {
+        return s;
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+fn holder_of(r: &LockReport) -> String {
+    match &r.info {
+        Some(i) if !i.who.is_empty() => i.who.clone(),
+        _ => "<none>".into(),
+    }
+}
+
+fn operation_of(r: &LockReport) -> String {
+    r.info
+        .as_ref()
+        .map(|i| i.operation.trim_start_matches("OperationType").to_string())
+        .filter(|o| !o.is_empty())
+        .unwrap_or_else(|| "<none>".into())
+}
+
+/// A short "what CAPTF does next" for the table.
+pub fn next_short(r: &LockReport) -> &'static str {
+    use crate::core::classify::HolderClass::*;
+    match r.class {
+        OwnLive => "waits for its runner",
+        OwnStale => "next Job force-unlocks",
+        OwnUnverified => "pod unreadable: check it",
+        Foreign | Unknown if r.overdue => "never unlocks: Jobs failing",
+        Foreign | Unknown => "never unlocks",
+    }
+}
+
+/// Renders the `locks` output.
+pub fn locks_output(reports: &[LockReport], output: Output) -> String {
+    if output == Output::Json {
+        return serde_json::to_string_pretty(reports).unwrap_or_else(|_| "[]".into()) + "\n";
+    }
+    let wide = output == Output::Wide;
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(reports.len() + 1);
+    let mut head = vec![
+        "NAMESPACE",
+        "KIND",
+        "NAME",
+        "CLASS",
+        "HOLDER",
+        "OPERATION",
+        "AGE",
+        "TIMEOUT",
+        "OVERDUE",
+        "CAPTF NEXT",
+    ];
+    if wide {
+        head.extend(["LOCK ID", "LEASE", "DEADLINE", "TIMEOUT FROM"]);
+    }
+    rows.push(head.into_iter().map(String::from).collect());
+    for r in reports {
+        let mut row = vec![
+            show(&r.namespace),
+            if r.kind.is_empty() {
+                "-".into()
+            } else {
+                r.kind.to_string()
+            },
+            show(&r.name),
+            r.class.to_string(),
+            cut(&holder_of(r), if wide { 128 } else { HOLDER_WIDTH }),
+            cut(&operation_of(r), 24),
+            human_duration(r.age_seconds),
+            format!("{}s", r.lock_timeout.seconds),
+            if r.overdue { "yes".into() } else { "no".into() },
+            next_short(r).to_string(),
+        ];
+        if wide {
+            row.extend([
+                cut(&r.lock_id, 128),
+                r.lease.clone(),
+                format!("{}s", r.active_deadline.seconds),
+                r.lock_timeout.source.to_string(),
+            ]);
+        }
+        rows.push(row);
+    }
+    let cols = rows[0].len();
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == cols {
+                line.push_str(cell);
+            } else {
+                let pad = widths[c] - cell.chars().count();
+                let _ = write!(line, "{cell}{}   ", " ".repeat(pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Unix seconds as RFC 3339.
+pub fn at(unix: f64) -> String {
+    #[allow(clippy::cast_possible_truncation)]
+    let secs = unix.floor() as i64;
+    DateTime::<Utc>::from_timestamp(secs, 0)
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The evidence chain, as `explain` prints it.
+pub fn evidence_text(r: &LockReport) -> String {
+    let mut o = String::new();
+    let kind = if r.kind.is_empty() { "-" } else { r.kind };
+    let _ = writeln!(
+        o,
+        "{kind} {}/{}: {} lock{}",
+        show(&r.namespace),
+        show(&r.name),
+        r.class,
+        if r.overdue { ", OVERDUE" } else { "" }
+    );
+    let object = match r.object {
+        super::model::ObjectKnown::Watched => "known (listed)",
+        super::model::ObjectKnown::ProvenByLabels => {
+            "not listed; its name is proven by the Lease's owner labels"
+        }
+        super::model::ObjectKnown::Unknown => {
+            "not known (deleted with Retain, CRD missing, or hidden by RBAC)"
+        }
+    };
+    let _ = writeln!(o, "  Object:        {object}");
+    let _ = writeln!(o, "  Lease:         {} (suffix {})", r.lease, r.suffix);
+    let _ = writeln!(o, "  Lock ID:       {}", show(&r.lock_id));
+    let _ = writeln!(o, "  holderIdentity: {}", show(&r.holder_identity));
+    match (&r.info, &r.info_error) {
+        (Some(i), _) => {
+            let _ = writeln!(
+                o,
+                "  lock-info:     ID={} Operation={} Who={} Version={} Created={}",
+                show(&i.id),
+                show(&i.operation),
+                show(&i.who),
+                show(&i.version),
+                i.created.as_deref().unwrap_or("<unusable>")
+            );
+        }
+        (None, Some(e)) => {
+            let _ = writeln!(o, "  lock-info:     rejected: {e}");
+        }
+        (None, None) => {
+            let _ = writeln!(o, "  lock-info:     absent");
+        }
+    }
+    let _ = writeln!(
+        o,
+        "  Host (Who):    {}",
+        r.host.as_deref().map_or("<none>".into(), show)
+    );
+    let verdict = match &r.own {
+        OwnVerdict::Own { pod } => format!("yes: {} is a Job pod of this object", show(pod)),
+        OwnVerdict::NotOwn { why } => format!("no: {}", why.text()),
+    };
+    let _ = writeln!(o, "  Own runner pod: {verdict}");
+    if let Some(p) = &r.pod {
+        let read = p
+            .read_at
+            .map_or(String::new(), |t| format!(", read at {}", at(t)));
+        let _ = writeln!(o, "  Pod {}: {}{read}", show(&p.name), p.state);
+    }
+    let kind_opt = crate::core::kind::Kind::from_kind(r.kind);
+    let _ = writeln!(
+        o,
+        "  lockTimeoutSeconds:    {} (from {})",
+        r.lock_timeout.seconds,
+        source_text(r.lock_timeout.source, kind_opt)
+    );
+    let _ = writeln!(
+        o,
+        "  activeDeadlineSeconds: {} (from {})",
+        r.active_deadline.seconds,
+        source_text(r.active_deadline.source, kind_opt)
+    );
+    let overdue = if r.overdue {
+        "yes: older than lockTimeoutSeconds, the object's Jobs fail".to_string()
+    } else if let Some(left) = r.overdue_in() {
+        format!("no; becomes overdue in {}", human_duration(left))
+    } else {
+        "no (only foreign and unknown locks can be)".into()
+    };
+    let _ = writeln!(
+        o,
+        "  Age:           {} (from {})",
+        human_duration(r.age_seconds),
+        r.age_source
+    );
+    let _ = writeln!(o, "  Overdue:       {overdue}");
+    let history = match (r.force_unlock_events_present, r.last_force_unlock) {
+        (Some(n), Some(t)) => format!("{n} ForceUnlocked Event(s) present, last at {}", at(t)),
+        (Some(0), None) | (None, None) => "no ForceUnlocked Event seen".into(),
+        (Some(n), None) => format!("{n} ForceUnlocked Event(s) present"),
+        (None, Some(t)) => format!(
+            "{} counted since the exporter started, last Event at {}",
+            r.force_unlocks_counted,
+            at(t)
+        ),
+    };
+    let _ = writeln!(o, "  Force-unlocks: {history}");
+    let _ = writeln!(o, "  CAPTF next:    {}", r.captf_next);
+    let _ = writeln!(o, "\nInspect:\n  {}", r.commands.lease);
+    if let Some(p) = &r.commands.pod {
+        let _ = writeln!(o, "  {p}");
+    }
+    let _ = writeln!(o, "Confirm clear (empty output):\n  {}", r.commands.confirm);
+    o
+}

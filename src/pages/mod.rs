@@ -1,0 +1,369 @@
+//! The HTML pages of the exporter: `/` (held locks, most urgent first, and
+//! watch health) and `/locks/<namespace>/<kind>/<name>` (one lock's
+//! evidence chain). Server-rendered from the index alone (no API call),
+//! no external assets, no script; every value is escaped.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use crate::index::{LockFilter, Resource};
+use crate::oncall::model::{human_duration, source_text, LockReport, OwnVerdict};
+use crate::oncall::render::{at, next_short};
+use crate::shared::Shared;
+
+/// Most rows `/` shows; the rest is counted.
+pub const MAX_ROWS: usize = 500;
+
+/// HTML-escapes text for element content and quoted attributes.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() && c != '\n' && c != '\t' => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Percent-encodes one path segment or query value.
+pub fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// Decodes percent-escapes (and `+` as space when `plus`).
+pub fn decode(s: &str, plus: bool) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                match std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' if plus => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn query_param(query: &str, name: &str) -> Option<String> {
+    query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| decode(v, true))
+        .filter(|v| !v.is_empty())
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}\
+table{border-collapse:collapse;margin:.8em 0}td,th{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}\
+th{background:#f3f3f3}tr.u0 td{background:#fde2e2}tr.u1 td{background:#fff1d6}tr.u2 td{background:#fff8e1}\
+.holder{max-width:28em;overflow-wrap:anywhere}pre{background:#f6f6f6;padding:.5em;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}\
+dt{font-weight:bold;margin-top:.4em}dd{margin-left:1.5em;overflow-wrap:anywhere}";
+
+fn head(title: &str) -> String {
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
+         <title>{}</title><style>{STYLE}</style></head><body>",
+        escape(title)
+    )
+}
+
+/// The path of a lock's page.
+pub fn lock_path(namespace: &str, kind: &str, name: &str) -> String {
+    let kind = if kind.is_empty() { "-" } else { kind };
+    format!(
+        "/locks/{}/{}/{}",
+        encode(namespace),
+        encode(kind),
+        encode(name)
+    )
+}
+
+fn watch_table(shared: &Shared) -> String {
+    let mut rows = String::new();
+    for r in Resource::ALL
+        .into_iter()
+        .filter(|r| shared.health.is_watched(*r))
+    {
+        let state = if shared.health.watch_up(r) {
+            "up"
+        } else {
+            "down: data may be stale (see /readyz and the log)"
+        };
+        let _ = write!(rows, "<tr><td>{}</td><td>{state}</td></tr>", r.as_str());
+    }
+    format!("<table id=\"watches\"><tr><th>watch</th><th>state</th></tr>{rows}</table>")
+}
+
+/// `/`: the held locks, most urgent first, filtered by `?namespace=` and
+/// `?class=`, at most [`MAX_ROWS`] rows; then watch health.
+pub fn locks_page(shared: &Shared, query: &str) -> String {
+    let filter = LockFilter {
+        namespace: query_param(query, "namespace"),
+        class: query_param(query, "class"),
+    };
+    let now = SystemTime::now();
+    let (facts, per_class, sizes) =
+        shared.read(|ix| (ix.held_lock_facts(&filter), ix.held_per_class(), ix.sizes()));
+    let mut reports: Vec<LockReport> = facts.iter().map(|f| LockReport::build(f, now)).collect();
+    crate::oncall::model::sort_by_urgency(&mut reports);
+    let total = reports.len();
+    let mut o = head("captf-lock-exporter: held state locks");
+    let _ = write!(
+        o,
+        "<h1>Held state locks</h1><p>captf-lock-exporter {} &middot; ready: {} &middot; lock Leases: {}, objects: {}, runner pods cached: {} &middot; \
+         <a href=\"/metrics\">/metrics</a> <a href=\"/readyz\">/readyz</a></p>",
+        escape(shared.version),
+        shared.health.ready(),
+        sizes.0,
+        sizes.1,
+        sizes.2
+    );
+    let mut classes = String::new();
+    for (c, n) in per_class {
+        let _ = write!(
+            classes,
+            " <a href=\"/?class={}\">{}: {n}</a>",
+            c.as_str(),
+            c.as_str()
+        );
+    }
+    let _ = write!(
+        o,
+        "<p>Held per class:{classes} &middot; <a href=\"/\">all</a></p>"
+    );
+    if filter.namespace.is_some() || filter.class.is_some() {
+        let _ = write!(
+            o,
+            "<p id=\"filter\">Filter: namespace={} class={}</p>",
+            escape(filter.namespace.as_deref().unwrap_or("*")),
+            escape(filter.class.as_deref().unwrap_or("*"))
+        );
+    }
+    let _ = write!(
+        o,
+        "<table id=\"locks\"><tr><th>namespace</th><th>kind</th><th>name</th><th>class</th><th>holder</th>\
+         <th>operation</th><th>age</th><th>timeout</th><th>overdue</th><th>what CAPTF does next</th></tr>"
+    );
+    for r in reports.iter().take(MAX_ROWS) {
+        let holder = r.info.as_ref().map_or("", |i| i.who.as_str());
+        let op = r.info.as_ref().map_or("", |i| i.operation.as_str());
+        let _ = write!(
+            o,
+            "<tr class=\"lock u{}\" data-class=\"{}\"><td><a href=\"/?namespace={}\">{}</a></td><td>{}</td>\
+             <td><a href=\"{}\">{}</a></td><td>{}</td><td class=\"holder\">{}</td><td>{}</td><td>{}</td>\
+             <td>{} s</td><td>{}</td><td>{}</td></tr>",
+            r.urgency,
+            r.class,
+            encode(&r.namespace),
+            escape(&r.namespace),
+            escape(r.kind),
+            escape(&lock_path(&r.namespace, r.kind, &r.name)),
+            escape(&r.name),
+            r.class,
+            escape(holder),
+            escape(op),
+            human_duration(r.age_seconds),
+            r.lock_timeout.seconds,
+            if r.overdue { "yes" } else { "no" },
+            next_short(r)
+        );
+    }
+    o.push_str("</table>");
+    if total > MAX_ROWS {
+        let _ = write!(
+            o,
+            "<p id=\"more\">{} more held locks not shown; filter by namespace or class.</p>",
+            total - MAX_ROWS
+        );
+    } else if total == 0 {
+        o.push_str("<p id=\"none\">No held state locks.</p>");
+    }
+    o.push_str(&watch_table(shared));
+    o.push_str("</body></html>\n");
+    o
+}
+
+/// `/locks/<namespace>/<kind>/<name>` (`rest` is what follows `/locks/`):
+/// the evidence chain of one held lock; None when no such lock is held.
+pub fn lock_page(shared: &Shared, rest: &str) -> Option<String> {
+    let parts: Vec<String> = rest.split('/').map(|p| decode(p, false)).collect();
+    let [ns, kind, name] = parts.as_slice() else {
+        return None;
+    };
+    let kind = if kind == "-" { "" } else { kind.as_str() };
+    let facts = shared.read(|ix| ix.lock_facts(ns, kind, name))?;
+    let r = LockReport::build(&facts, SystemTime::now());
+    Some(evidence_html(&r))
+}
+
+fn dd(o: &mut String, term: &str, value: &str) {
+    let _ = write!(o, "<dt>{term}</dt><dd>{value}</dd>");
+}
+
+/// One lock's evidence chain as HTML.
+pub fn evidence_html(r: &LockReport) -> String {
+    let kind = if r.kind.is_empty() { "-" } else { r.kind };
+    let mut o = head(&format!("{kind} {}/{}: state lock", r.namespace, r.name));
+    let _ = write!(
+        o,
+        "<p><a href=\"/\">&larr; all held locks</a></p><h1>{} {}/{}</h1><p id=\"verdict\">class <b>{}</b>{}</p><dl>",
+        escape(kind),
+        escape(&r.namespace),
+        escape(&r.name),
+        r.class,
+        if r.overdue { ", <b>overdue</b>" } else { "" }
+    );
+    dd(
+        &mut o,
+        "Lease",
+        &format!("{} (suffix {})", escape(&r.lease), escape(&r.suffix)),
+    );
+    dd(
+        &mut o,
+        "Lock ID",
+        &format!("<code id=\"lock-id\">{}</code>", escape(&r.lock_id)),
+    );
+    match (&r.info, &r.info_error) {
+        (Some(i), _) => dd(
+            &mut o,
+            "lock-info",
+            &format!(
+                "ID <code>{}</code>, Operation <code>{}</code>, Who <code id=\"who\">{}</code>, Version <code>{}</code>, Created <code>{}</code>",
+                escape(&i.id),
+                escape(&i.operation),
+                escape(&i.who),
+                escape(&i.version),
+                escape(i.created.as_deref().unwrap_or("unusable"))
+            ),
+        ),
+        (None, Some(e)) => dd(&mut o, "lock-info", &format!("rejected: {}", escape(e))),
+        (None, None) => dd(&mut o, "lock-info", "absent"),
+    }
+    dd(
+        &mut o,
+        "Host from Who",
+        &r.host
+            .as_deref()
+            .map_or("none".into(), |h| format!("<code>{}</code>", escape(h))),
+    );
+    let verdict = match &r.own {
+        OwnVerdict::Own { pod } => format!(
+            "yes: <code>{}</code> is a Job pod of this object",
+            escape(pod)
+        ),
+        OwnVerdict::NotOwn { why } => format!("no: {}", escape(&why.text())),
+    };
+    dd(&mut o, "Own runner pod", &verdict);
+    if let Some(p) = &r.pod {
+        let read = p.read_at.map_or("never read live".into(), |t| {
+            format!("last read live at {}", at(t))
+        });
+        dd(
+            &mut o,
+            "Holder pod",
+            &format!(
+                "<code>{}</code>: {} ({read})",
+                escape(&p.name),
+                escape(&p.state)
+            ),
+        );
+    }
+    let kind_opt = crate::core::kind::Kind::from_kind(r.kind);
+    dd(
+        &mut o,
+        "lockTimeoutSeconds",
+        &format!(
+            "<span id=\"lock-timeout\">{}</span> s, from <span id=\"lock-timeout-source\">{}</span>",
+            r.lock_timeout.seconds,
+            source_text(r.lock_timeout.source, kind_opt)
+        ),
+    );
+    dd(
+        &mut o,
+        "activeDeadlineSeconds",
+        &format!(
+            "{} s, from {}",
+            r.active_deadline.seconds,
+            source_text(r.active_deadline.source, kind_opt)
+        ),
+    );
+    dd(
+        &mut o,
+        "Age",
+        &format!("{} (from {})", human_duration(r.age_seconds), r.age_source),
+    );
+    let overdue = if r.overdue {
+        "yes: older than lockTimeoutSeconds; the object's Jobs fail until a person releases it"
+            .to_string()
+    } else if let Some(left) = r.overdue_in() {
+        format!("no; becomes overdue in {}", human_duration(left))
+    } else {
+        "no (only foreign and unknown locks can be)".into()
+    };
+    dd(&mut o, "Overdue", &overdue);
+    let history = match r.last_force_unlock {
+        Some(t) => format!(
+            "{} counted since the exporter started; last ForceUnlocked Event at {}",
+            r.force_unlocks_counted,
+            at(t)
+        ),
+        None => format!(
+            "{} counted since the exporter started; no ForceUnlocked Event seen",
+            r.force_unlocks_counted
+        ),
+    };
+    dd(&mut o, "Force-unlocks", &history);
+    dd(&mut o, "What CAPTF does next", &escape(&r.captf_next));
+    o.push_str("</dl><h2>Next commands</h2><pre id=\"commands\">");
+    let _ = writeln!(o, "# inspect the Lease\n{}", escape(&r.commands.lease));
+    if let Some(p) = &r.commands.pod {
+        let _ = writeln!(
+            o,
+            "# inspect the holder pod (when the host is a pod)\n{}",
+            escape(p)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "# confirm the lock is clear (empty output)\n{}",
+        escape(&r.commands.confirm)
+    );
+    let _ = writeln!(
+        o,
+        "# the runbook's fix for this lock, every value filled in (pinned image, backend labels)\n{}",
+        escape(&r.commands.explain)
+    );
+    o.push_str("</pre></body></html>\n");
+    o
+}
