@@ -51,7 +51,7 @@ pub struct Cli {
 
     /// Most live holder-pod reads per second (they confirm stale verdicts;
     /// only own runner pods are ever read).
-    #[arg(long, env = "CAPTF_LOCK_EXPORTER_POD_READ_RATE", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000), global = true)]
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_POD_READ_RATE", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000), global = true)]
     pub pod_read_rate: u32,
 }
 

@@ -92,8 +92,8 @@ pub fn gzip(plain: &[u8]) -> std::io::Result<Bytes> {
 }
 
 /// A scrape's answer: the body as chunks that share the cached bytes, so
-/// concurrent scrapers do not each hold a copy. With gzip, every chunk is
-/// a gzip member; a gzip reader reads them as one stream.
+/// concurrent scrapers do not each hold a copy. With gzip, the chunks make
+/// one gzip file (a single member).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Body {
     chunks: Arc<Vec<Bytes>>,
@@ -405,7 +405,7 @@ mod tests {
             .expect("gzip");
         let mut unzipped = String::new();
         std::io::Read::read_to_string(
-            &mut flate2::read::MultiGzDecoder::new(&gz.to_bytes()[..]),
+            &mut flate2::read::GzDecoder::new(&gz.to_bytes()[..]),
             &mut unzipped,
         )
         .expect("gunzips");

@@ -14,6 +14,7 @@
 
 mod cache;
 mod families;
+mod gzip_parts;
 mod snapshot;
 mod timed;
 

@@ -18,6 +18,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use prometheus_client::registry::Registry;
 
+use super::gzip_parts;
 use super::snapshot::LockRow;
 use super::{Format, LockCollector, Part};
 use crate::core::classify::{is_overdue, HolderClass};
@@ -103,9 +104,9 @@ pub(crate) struct IndexPart {
     age: Block,
     overdue: Block,
     clocks: Vec<LockClock>,
-    /// The text around the two timed blocks, gzip-compressed once: three
-    /// gzip members that a scrape's body concatenates with its own.
-    gz: Option<[Bytes; 3]>,
+    /// The text around the two timed blocks, compressed once: three parts
+    /// of the gzip stream a scrape's body completes (see `gzip_parts`).
+    gz: Option<[gzip_parts::Part; 3]>,
 }
 
 /// One encoded registry in `format`, without the OpenMetrics `# EOF`.
@@ -201,7 +202,11 @@ impl IndexPart {
     pub(crate) fn compress(&mut self) -> std::io::Result<()> {
         if self.gz.is_none() {
             let [a, b, c] = self.around();
-            self.gz = Some([super::gzip(&a)?, super::gzip(&b)?, super::gzip(&c)?]);
+            self.gz = Some([
+                gzip_parts::part(&a, false)?,
+                gzip_parts::part(&b, false)?,
+                gzip_parts::part(&c, false)?,
+            ]);
         }
         Ok(())
     }
@@ -228,9 +233,8 @@ impl IndexPart {
     }
 
     /// A whole body at `now`, as chunks: this part with its timed blocks
-    /// written, then `health` (the health part). Compressed when `gzip`;
-    /// then every chunk is one gzip member, which a gzip reader reads as
-    /// one stream.
+    /// written, then `health` (the health part). With `gzip`, one gzip
+    /// stream whose unchanged parts were compressed with the render.
     pub(crate) fn assemble(
         &self,
         now: SystemTime,
@@ -238,18 +242,25 @@ impl IndexPart {
         gzip: bool,
     ) -> std::io::Result<Vec<Bytes>> {
         let (ages, overdue) = self.timed_blocks(now);
-        let [a, b, c] = match (&self.gz, gzip) {
-            (Some(z), true) => z.clone(),
-            _ => self.around(),
-        };
-        let mut dynamic = [Bytes::from(ages), Bytes::from(overdue), Bytes::from(health)];
-        if gzip {
-            for d in &mut dynamic {
-                *d = super::gzip(d)?;
+        match (&self.gz, gzip) {
+            (Some([a, b, c]), true) => {
+                let ages = gzip_parts::part(ages.as_bytes(), false)?;
+                let overdue = gzip_parts::part(overdue.as_bytes(), false)?;
+                let health = gzip_parts::part(health.as_bytes(), true)?;
+                Ok(gzip_parts::stream(&[a, &ages, b, &overdue, c, &health]))
+            }
+            _ => {
+                let [a, b, c] = self.around();
+                Ok(vec![
+                    a,
+                    Bytes::from(ages),
+                    b,
+                    Bytes::from(overdue),
+                    c,
+                    Bytes::from(health),
+                ])
             }
         }
-        let [ages, overdue, health] = dynamic;
-        Ok(vec![a, ages, b, overdue, c, health])
     }
 }
 
