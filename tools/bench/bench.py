@@ -347,7 +347,7 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
         # Stale verdicts wait for paced live pod reads (--pod-read-rate); the
         # steady state starts once none is pending (no own_unverified lock).
         async def settled():
-            async with session.get(metrics_url) as r:
+            async with session.get(metrics_url, headers=PLAIN) as r:
                 text = (await r.read()).decode("utf-8", "replace")
             return 'captf_state_locks_held{class="own_unverified"} 0' in text
         await wait_for(settled, 900, "every stale verdict confirmed", interval=0.5)
