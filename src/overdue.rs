@@ -13,7 +13,7 @@ pub async fn run(shared: Arc<Shared>, every: Duration) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let overdue = shared.write(|ix, now| ix.newly_overdue(now));
+        let overdue = shared.write_unrendered(|ix, now| ix.newly_overdue(now));
         for o in overdue {
             tracing::warn!(
                 namespace = %o.namespace,

@@ -66,6 +66,20 @@ impl Shared {
         out
     }
 
+    /// Runs `f` on the index under the write lock for bookkeeping that no
+    /// metric shows (which overdue warnings were logged, which old read
+    /// results to drop): unlike [`Shared::write`] it does not mark the
+    /// rendered exposition out of date, so a once-a-second housekeeping
+    /// pass does not cost a re-render every second.
+    pub fn write_unrendered<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
+        let now = SystemTime::now();
+        let mut index = match self.index.write() {
+            Ok(index) => index,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut index, now)
+    }
+
     /// A number that changes whenever the index changes: equal
     /// generations mean equal index-derived series (ages aside).
     pub fn index_generation(&self) -> u64 {

@@ -74,7 +74,7 @@ pub async fn run(
         let pod = tokio::select! {
             p = queue.recv() => match p { Some(p) => p, None => return },
             _ = tick.tick() => {
-                let again = shared.write(|ix, _| { ix.gc_pod_reads(); ix.pods_to_recheck() });
+                let again = shared.write_unrendered(|ix, _| { ix.gc_pod_reads(); ix.pods_to_recheck() });
                 for p in again {
                     let _ = shared.confirm_tx.send(p);
                 }
