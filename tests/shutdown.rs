@@ -7,31 +7,16 @@
 #![cfg(unix)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_captf-lock-exporter");
+#[path = "common/process.rs"]
+mod process;
 
-/// Kills the child when the test ends, pass or fail.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("binds")
-        .local_addr()
-        .expect("addr")
-        .port()
-}
+use process::{free_port, Running, BIN};
 
 /// What one scrape got.
 enum Scrape {

@@ -411,17 +411,7 @@ mod tests {
         .expect("gunzips");
         // Assembled at two instants: equal but for the ages.
         let plain = String::from_utf8_lossy(&plain.to_bytes()).into_owned();
-        let timeless = |t: &str| -> Vec<String> {
-            t.lines()
-                .map(|l| match l.strip_prefix("captf_state_lock_age_seconds{") {
-                    Some(rest) => rest
-                        .rsplit_once(' ')
-                        .map_or(l, |(labels, _)| labels)
-                        .to_string(),
-                    None => l.to_string(),
-                })
-                .collect()
-        };
+        let timeless = crate::metrics::without_ages;
         assert!(timeless(&unzipped) == timeless(&plain), "gzip body differs");
     }
 

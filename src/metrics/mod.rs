@@ -145,3 +145,18 @@ impl Collector for LockCollector {
         Ok(())
     }
 }
+
+/// The lines of an exposition with the age values cut off: two bodies
+/// assembled a moment apart compare equal this way.
+#[cfg(test)]
+pub(crate) fn without_ages(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| match l.strip_prefix("captf_state_lock_age_seconds{") {
+            Some(rest) => rest
+                .rsplit_once(' ')
+                .map_or(l, |(labels, _)| labels)
+                .to_string(),
+            None => l.to_string(),
+        })
+        .collect()
+}

@@ -322,17 +322,7 @@ async fn gzip_round_trips_to_the_plain_exposition_and_head_has_no_body() {
     let decoded = flate2::read::GzDecoder::new(zipped.body.as_slice()).read_to_string(&mut text);
     assert!(decoded.is_ok(), "{decoded:?}");
     // Assembled apart, so only the ages may differ.
-    let timeless = |t: &str| -> Vec<String> {
-        t.lines()
-            .map(|l| match l.strip_prefix("captf_state_lock_age_seconds{") {
-                Some(rest) => rest
-                    .rsplit_once(' ')
-                    .map_or(l, |(labels, _)| labels)
-                    .to_string(),
-                None => l.to_string(),
-            })
-            .collect()
-    };
+    let timeless = crate::metrics::without_ages;
     assert!(
         timeless(&text) == timeless(&String::from_utf8_lossy(&plain.body)),
         "same render"
