@@ -5,10 +5,8 @@
 //! timeout, connection cap, backoff on accept errors, graceful shutdown.
 
 mod listen;
-mod status;
 
 pub use listen::{serve, serve_with, AcceptBackoff, Config, Listener};
-pub use status::status_page;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -99,11 +97,6 @@ pub fn handle(
             };
             reply(status, TEXT, readiness_body(head, &shared.health.not_up()))
         }
-        "/" => reply(
-            StatusCode::OK,
-            "text/html; charset=utf-8",
-            status_page(shared),
-        ),
         _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
     }
 }
