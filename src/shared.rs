@@ -53,17 +53,7 @@ impl Shared {
     /// applied change at worst; the supervisor ends the process on a
     /// panicking task, so carrying on here only serves the last scrapes.
     pub fn write<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
-        let now = SystemTime::now();
-        let mut index = match self.index.write() {
-            Ok(index) => index,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let out = f(&mut index, now);
-        // Bumped before the lock is released: a reader that sees the old
-        // generation takes its snapshot after this write or before it,
-        // never from a change it does not know about.
-        self.generation.fetch_add(1, Ordering::Release);
-        out
+        self.locked(f, true)
     }
 
     /// Runs `f` on the index under the write lock for bookkeeping that no
@@ -72,25 +62,29 @@ impl Shared {
     /// rendered exposition out of date, so a once-a-second housekeeping
     /// pass does not cost a re-render every second.
     pub fn write_unrendered<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
+        self.locked(f, false)
+    }
+
+    fn locked<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T, rendered: bool) -> T {
         let now = SystemTime::now();
         let mut index = match self.index.write() {
             Ok(index) => index,
             Err(poisoned) => poisoned.into_inner(),
         };
-        f(&mut index, now)
+        let out = f(&mut index, now);
+        if rendered {
+            // Bumped before the lock is released: a reader that sees the
+            // old generation takes its snapshot after this write or before
+            // it, never from a change it does not know about.
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+        out
     }
 
     /// A number that changes whenever the index changes: equal
     /// generations mean equal index-derived series (ages aside).
     pub fn index_generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
-    }
-
-    /// A number that changes whenever the index or watch health changes.
-    pub fn generation(&self) -> u64 {
-        self.generation
-            .load(Ordering::Acquire)
-            .wrapping_add(self.health.generation())
     }
 
     /// Runs `f` on the index under the read lock.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 #[path = "common/process.rs"]
 mod process;
 
-use process::{free_port, Running, BIN};
+use process::{demo, free_port, Running, BIN};
 
 fn get(port: u16, path: &str) -> Option<(String, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -32,18 +32,7 @@ fn held(body: &str, class: &str) -> f64 {
 #[test]
 fn demo_shows_every_class_within_a_minute() {
     let port = free_port();
-    let child = Command::new(BIN)
-        .args([
-            "demo",
-            "--listen-address",
-            &format!("127.0.0.1:{port}"),
-            "--log-level",
-            "warn",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
+    let child = demo(port);
     let _guard = Running(child);
     let start = Instant::now();
     let classes = [

@@ -8,7 +8,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 #[path = "common/process.rs"]
 mod process;
 
-use process::{free_port, Running, BIN};
+use process::{demo, free_port, Running};
 
 /// What one scrape got.
 enum Scrape {
@@ -95,18 +95,7 @@ fn whole_responses(bytes: &[u8]) -> Result<usize, String> {
 #[test]
 fn sigterm_lets_responses_in_flight_finish_and_exits_0() {
     let port = free_port();
-    let child = Command::new(BIN)
-        .args([
-            "demo",
-            "--listen-address",
-            &format!("127.0.0.1:{port}"),
-            "--log-level",
-            "warn",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starts");
+    let child = demo(port);
     let pid = child.id();
     let mut running = Running(child);
     let start = Instant::now();

@@ -2,7 +2,6 @@
 
 mod counters;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -161,8 +160,6 @@ pub enum Success {
 pub struct Health {
     watches: Mutex<Vec<WatchState>>,
     counters: Counters,
-    /// Bumped by every change, for the cached exposition.
-    generation: AtomicU64,
 }
 
 impl Health {
@@ -176,15 +173,6 @@ impl Health {
             Ok(mut w) => f(&mut w),
             Err(poisoned) => f(&mut poisoned.into_inner()),
         }
-    }
-
-    /// Changes whenever a watch state or a counter changes.
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    fn changed(&self) {
-        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Declares a watch so it counts for readiness before its first event.
@@ -209,7 +197,6 @@ impl Health {
             });
             WatchId(w.len() - 1)
         });
-        self.changed();
         id
     }
 
@@ -228,7 +215,6 @@ impl Health {
             .events
             .get_or_create(&ResourceLabels { resource })
             .inc();
-        self.changed();
     }
 
     /// A request of the watch succeeded (a list page, a watch that opened,
@@ -248,7 +234,6 @@ impl Health {
                 None => Success::Steady,
             }
         });
-        self.changed();
         success
     }
 
@@ -275,7 +260,6 @@ impl Health {
             .errors
             .get_or_create(&ErrorLabels { resource, reason })
             .inc();
-        self.changed();
     }
 
     /// Records a failed request; returns true when it starts a failure
@@ -303,7 +287,6 @@ impl Health {
             st.last_reason = Some(reason);
             first
         });
-        self.changed();
         first
     }
 
@@ -313,7 +296,6 @@ impl Health {
             .pod_reads
             .get_or_create(&ReadLabels { result })
             .inc();
-        self.changed();
     }
 
     /// True while every scope of `resource` has listed once and its last

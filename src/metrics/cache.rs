@@ -12,14 +12,11 @@
 //! clock, so with a lock held a body is rebuilt at most once a second and
 //! a scrape sees ages (and any change) at most one second old.
 
-use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use flate2::write::GzEncoder;
-use flate2::Compression;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -81,14 +78,6 @@ pub enum ScrapeError {
     /// The render task panicked or was cancelled.
     #[error("the render task did not finish")]
     Task,
-}
-
-/// Compresses `plain` with gzip at level 1: about 25x smaller for this
-/// repetitive text, at a fraction of the render's cost.
-pub fn gzip(plain: &[u8]) -> std::io::Result<Bytes> {
-    let mut enc = GzEncoder::new(Vec::with_capacity(plain.len() / 16), Compression::fast());
-    enc.write_all(plain)?;
-    enc.finish().map(Bytes::from)
 }
 
 /// A scrape's answer: the body as chunks that share the cached bytes, so
@@ -237,13 +226,18 @@ impl ScrapeCache {
             // are not both held here (scrapes still sending theirs keep them).
             *slot = Slot::default();
             let shared = self.shared.clone();
+            // Compressed with the render: Prometheus always asks for gzip,
+            // so the text around the timed blocks is compressed once here.
             let part = tokio::task::spawn_blocking(move || {
-                IndexPart::render(&shared, format, SystemTime::now(), capacity)
+                let mut part = IndexPart::render(&shared, format, SystemTime::now(), capacity)
+                    .map_err(|_| ScrapeError::Encode)?;
+                part.compress().map_err(ScrapeError::Compress)?;
+                Ok::<_, ScrapeError>(part)
             })
             .await
-            .map_err(|_| ScrapeError::Task)?
-            .map_err(|_| ScrapeError::Encode)?;
+            .map_err(|_| ScrapeError::Task)??;
             self.renders.fetch_add(1, Ordering::Relaxed);
+            self.compressions.fetch_add(1, Ordering::Relaxed);
             slot.part = Some(Arc::new(part));
             slot.generation = generation;
             slot.at = Some(started);
@@ -257,28 +251,15 @@ impl ScrapeCache {
         let Some(part) = slot.part.clone() else {
             return Err(ScrapeError::Task);
         };
-        let needs_gz = gzip && !part.is_compressed();
         let shared = self.shared.clone();
-        let (part, chunks) = tokio::task::spawn_blocking(move || {
-            let mut part = part;
-            if needs_gz {
-                let mut owned = Arc::try_unwrap(part).unwrap_or_else(|p| p.duplicate());
-                owned.compress().map_err(ScrapeError::Compress)?;
-                part = Arc::new(owned);
-            }
+        let chunks = tokio::task::spawn_blocking(move || {
             let health = render_health(&shared, format).map_err(|_| ScrapeError::Encode)?;
-            let chunks = part
-                .assemble(SystemTime::now(), health, gzip)
-                .map_err(ScrapeError::Compress)?;
-            Ok::<_, ScrapeError>((part, chunks))
+            part.assemble(SystemTime::now(), health, gzip)
+                .map_err(ScrapeError::Compress)
         })
         .await
         .map_err(|_| ScrapeError::Task)??;
-        if needs_gz {
-            self.compressions.fetch_add(1, Ordering::Relaxed);
-        }
         self.assemblies.fetch_add(1, Ordering::Relaxed);
-        slot.part = Some(part);
         let body = Body {
             chunks: Arc::new(chunks),
         };

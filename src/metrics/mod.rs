@@ -18,7 +18,7 @@ mod gzip_parts;
 mod snapshot;
 mod timed;
 
-pub use cache::{gzip, AcceptEncoding, Body, ScrapeCache, ScrapeError, MAX_AGE};
+pub use cache::{AcceptEncoding, Body, ScrapeCache, ScrapeError, MAX_AGE};
 
 use std::sync::Arc;
 use std::time::SystemTime;

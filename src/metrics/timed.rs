@@ -85,13 +85,13 @@ impl Block {
     }
 
     /// The block rewritten with one value per line.
-    fn write(&self, text: &str, values: impl Iterator<Item = f64>) -> String {
-        let mut out = String::with_capacity(self.span.len() + self.lines.len() * 8);
+    fn write(&self, text: &[u8], values: impl Iterator<Item = f64>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.span.len() + self.lines.len() * 8);
         let mut buf = dtoa::Buffer::new();
         for (&(start, value_at), v) in self.lines.iter().zip(values) {
-            out.push_str(&text[start..value_at]);
-            out.push_str(buf.format_finite(v));
-            out.push('\n');
+            out.extend_from_slice(text.get(start..value_at).unwrap_or_default());
+            out.extend_from_slice(buf.format_finite(v).as_bytes());
+            out.push(b'\n');
         }
         out
     }
@@ -173,22 +173,6 @@ impl IndexPart {
         self.text.len()
     }
 
-    /// The text around the timed blocks is compressed already.
-    pub(crate) fn is_compressed(&self) -> bool {
-        self.gz.is_some()
-    }
-
-    /// A second handle on the same bytes (they are shared, not copied).
-    pub(crate) fn duplicate(&self) -> IndexPart {
-        IndexPart {
-            text: self.text.clone(),
-            age: self.age.clone(),
-            overdue: self.overdue.clone(),
-            clocks: self.clocks.clone(),
-            gz: self.gz.clone(),
-        }
-    }
-
     /// The text around the timed blocks: before age, between, after.
     fn around(&self) -> [Bytes; 3] {
         [
@@ -198,24 +182,23 @@ impl IndexPart {
         ]
     }
 
-    /// Compresses the text around the timed blocks, once.
+    /// Compresses the text around the timed blocks.
     pub(crate) fn compress(&mut self) -> std::io::Result<()> {
-        if self.gz.is_none() {
-            let [a, b, c] = self.around();
-            self.gz = Some([
-                gzip_parts::part(&a, false)?,
-                gzip_parts::part(&b, false)?,
-                gzip_parts::part(&c, false)?,
-            ]);
-        }
+        let [a, b, c] = self.around();
+        self.gz = Some([
+            gzip_parts::part(&a, false)?,
+            gzip_parts::part(&b, false)?,
+            gzip_parts::part(&c, false)?,
+        ]);
         Ok(())
     }
 
     /// The two timed blocks at `now`.
-    fn timed_blocks(&self, now: SystemTime) -> (String, String) {
+    fn timed_blocks(&self, now: SystemTime) -> (Vec<u8>, Vec<u8>) {
         let now_s = unix_seconds(now);
-        // The text is valid UTF-8: it was a String.
-        let text = std::str::from_utf8(&self.text).unwrap_or_default();
+        // Bytes, not str: validating 50 MB of UTF-8 per assembly would cost
+        // more than the assembly; the slices are whole lines of the text.
+        let text = &self.text[..];
         let ages = self
             .age
             .write(text, self.clocks.iter().map(|c| c.age(now_s)));
@@ -244,8 +227,8 @@ impl IndexPart {
         let (ages, overdue) = self.timed_blocks(now);
         match (&self.gz, gzip) {
             (Some([a, b, c]), true) => {
-                let ages = gzip_parts::part(ages.as_bytes(), false)?;
-                let overdue = gzip_parts::part(overdue.as_bytes(), false)?;
+                let ages = gzip_parts::part(&ages, false)?;
+                let overdue = gzip_parts::part(&overdue, false)?;
                 let health = gzip_parts::part(health.as_bytes(), true)?;
                 Ok(gzip_parts::stream(&[a, &ages, b, &overdue, c, &health]))
             }

@@ -99,16 +99,9 @@ pub async fn locks(
     out: &mut String,
     err: &mut String,
 ) -> i32 {
-    let snap = match collect::snapshot(client, scope).await {
-        Ok(s) => s,
-        Err(e) => {
-            err.push_str(&format!("error: {e}\n"));
-            return EXIT_ERROR;
-        }
+    let Some(snap) = snapshot_reporting(client, scope, err).await else {
+        return EXIT_ERROR;
     };
-    for w in &snap.warnings {
-        err.push_str(&format!("warning: {w}\n"));
-    }
     let reports = reports_of(&snap, &LockFilter::default(), SystemTime::now());
     if reports.is_empty() && output != Output::Json {
         err.push_str("No held state locks found.\n");
@@ -128,6 +121,26 @@ pub async fn locks(
     0
 }
 
+/// Reads the cluster once; an error or warnings go to `err`.
+async fn snapshot_reporting(
+    client: &Client,
+    scope: Option<&str>,
+    err: &mut String,
+) -> Option<collect::Snapshot> {
+    match collect::snapshot(client, scope).await {
+        Ok(snap) => {
+            for w in &snap.warnings {
+                err.push_str(&format!("warning: {w}\n"));
+            }
+            Some(snap)
+        }
+        Err(e) => {
+            err.push_str(&format!("error: {e}\n"));
+            None
+        }
+    }
+}
+
 /// `explain`: prints one lock's evidence chain and fix; returns the exit code.
 pub async fn explain(
     client: &Client,
@@ -143,16 +156,9 @@ pub async fn explain(
             return EXIT_ERROR;
         }
     };
-    let snap = match collect::snapshot(client, Some(namespace)).await {
-        Ok(s) => s,
-        Err(e) => {
-            err.push_str(&format!("error: {e}\n"));
-            return EXIT_ERROR;
-        }
+    let Some(snap) = snapshot_reporting(client, Some(namespace), err).await else {
+        return EXIT_ERROR;
     };
-    for w in &snap.warnings {
-        err.push_str(&format!("warning: {w}\n"));
-    }
     let now = SystemTime::now();
     let Some(mut facts) = snap.index.lock_facts(namespace, kind.as_str(), &name) else {
         let lease = lock_lease_name(&state_suffix(namespace, kind, &name));

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_captf-lock-exporter");
@@ -24,4 +24,20 @@ pub fn free_port() -> u16 {
         .local_addr()
         .expect("addr")
         .port()
+}
+
+/// The binary in demo mode on `port`, quiet.
+pub fn demo(port: u16) -> Child {
+    Command::new(BIN)
+        .args([
+            "demo",
+            "--listen-address",
+            &format!("127.0.0.1:{port}"),
+            "--log-level",
+            "warn",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts")
 }
