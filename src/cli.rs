@@ -125,6 +125,25 @@ fn existing_file(s: &str) -> Result<PathBuf, String> {
 }
 
 /// A namespace name: a DNS-1123 label.
+impl Cli {
+    /// The watch scopes: every namespace of `--namespaces` once, in the
+    /// order given, or one cluster-wide scope (None) when none is given.
+    /// A namespace named twice would otherwise be watched twice and its
+    /// objects relisted by two watches that each reset the other's view.
+    pub fn watch_scopes(&self) -> Vec<Option<String>> {
+        if self.namespaces.is_empty() {
+            return vec![None];
+        }
+        let mut seen = std::collections::HashSet::new();
+        self.namespaces
+            .iter()
+            .filter(|n| seen.insert(n.as_str()))
+            .cloned()
+            .map(Some)
+            .collect()
+    }
+}
+
 fn namespace(s: &str) -> Result<String, String> {
     let s = s.trim();
     let ok = !s.is_empty()
@@ -186,6 +205,14 @@ mod tests {
     fn defaults_and_lists() {
         let cli = Cli::try_parse_from(["x", "--namespaces", "a,b-2", "demo"]).expect("parses");
         assert_eq!(cli.namespaces, vec!["a", "b-2"]);
+        let cli = Cli::try_parse_from(["x", "--namespaces", "b,a, b,a", "demo"]).expect("parses");
+        assert_eq!(
+            cli.watch_scopes(),
+            vec![Some("b".to_string()), Some("a".to_string())],
+            "each namespace is watched once"
+        );
+        let cli = Cli::try_parse_from(["x", "demo"]).expect("parses");
+        assert_eq!(cli.watch_scopes(), vec![None]);
         assert_eq!(cli.command, Some(Command::Demo));
         assert_eq!(cli.listen_address.port(), 9820);
         assert_eq!(cli.pod_recheck_interval, Duration::from_secs(10));

@@ -94,11 +94,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         }
     };
     // From here on, production and demo run the same code.
-    let scopes: Vec<Option<String>> = if cli.namespaces.is_empty() {
-        vec![None]
-    } else {
-        cli.namespaces.iter().cloned().map(Some).collect()
-    };
+    let scopes = cli.watch_scopes();
     for (name, task) in watch::spawn_all(client.clone(), shared.clone(), scopes, Timing::DEFAULT) {
         tasks.adopt(name, task);
     }

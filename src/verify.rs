@@ -1,8 +1,8 @@
 //! Confirms "holder pod not live" verdicts with a live read before a lock is
 //! reported stale, as CAPTF's own stale check reads the pod uncached.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::Api;
@@ -10,6 +10,7 @@ use kube::Client;
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::core::classify::is_terminal_phase;
+use crate::core::podname::{check_pod_name, PodName};
 use crate::health::ReadResult;
 use crate::index::{ObjectKey, PodRead, Resource};
 use crate::shared::Shared;
@@ -18,6 +19,14 @@ use crate::watch::trim::PodObject;
 /// Reads a pod once, uncached: `GET pods/<name>` (also used by the
 /// one-shot commands).
 pub async fn read_pod(client: &Client, namespace: &str, name: &str) -> PodRead {
+    // The name comes from lock-info: only a DNS-1123 name goes into a path
+    // (kube pastes it unescaped, so `/` or `?` would steer the request).
+    // What CAPTF's own read of any other name gives is known without one.
+    match check_pod_name(name) {
+        PodName::Valid => {}
+        PodName::RefusedByClient => return PodRead::Failed,
+        PodName::CannotExist => return PodRead::Gone,
+    }
     let api: Api<PodObject> = crate::watch::api_of(client, Some(namespace), Resource::Pods, "v1");
     // The client retries 429/503/504 on its own for minutes; a verdict that
     // late is no verdict: call it a failed read.
@@ -51,13 +60,70 @@ const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most live reads in flight at once.
 const MAX_IN_FLIGHT: usize = 8;
 
+/// Pods waiting for a live read and pods being read, each at most once:
+/// however often a pod is asked for (every re-check tick, every cache
+/// change), the queue holds it once, so under a hung API server it stays
+/// as long as the number of holder pods and after recovery nothing is read
+/// twice.
+#[derive(Debug, Default)]
+pub struct ReadQueue {
+    waiting: VecDeque<ObjectKey>,
+    queued: HashSet<ObjectKey>,
+    reading: HashSet<ObjectKey>,
+}
+
+impl ReadQueue {
+    /// Queues `pod` unless it is queued or being read; true when queued.
+    /// A request for a pod being read is dropped: the index asks again
+    /// when that read's answer turns out older than a cache change.
+    pub fn push(&mut self, pod: ObjectKey) -> bool {
+        if self.queued.contains(&pod) || self.reading.contains(&pod) {
+            return false;
+        }
+        self.queued.insert(pod.clone());
+        self.waiting.push_back(pod);
+        true
+    }
+
+    /// The next pod to read, now marked as being read.
+    pub fn start_next(&mut self) -> Option<ObjectKey> {
+        let pod = self.waiting.pop_front()?;
+        self.queued.remove(&pod);
+        self.reading.insert(pod.clone());
+        Some(pod)
+    }
+
+    /// A read of `pod` ended (or was not started after all).
+    pub fn done(&mut self, pod: &ObjectKey) {
+        self.reading.remove(pod);
+    }
+
+    /// Pods waiting.
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Pods being read.
+    pub fn reading(&self) -> usize {
+        self.reading.len()
+    }
+}
+
+fn lock_queue(q: &Mutex<ReadQueue>) -> std::sync::MutexGuard<'_, ReadQueue> {
+    // Nothing panics while holding it; recover the one way if it ever did.
+    match q.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
 /// Runs the verifier: reads each queued pod through `client`, at most
 /// `reads_per_second` a second and one read per pod at a time, and
 /// re-queues unresolved ones every `recheck`.
 pub async fn run(
     shared: Arc<Shared>,
     client: Client,
-    mut queue: mpsc::UnboundedReceiver<ObjectKey>,
+    mut requests: mpsc::UnboundedReceiver<ObjectKey>,
     recheck: Duration,
     reads_per_second: u32,
 ) {
@@ -66,49 +132,86 @@ pub async fn run(
     // steady trickle.
     let mut pace = tokio::time::interval(Duration::from_secs(1) / reads_per_second.max(1));
     pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let in_flight = Arc::new(std::sync::Mutex::new(HashSet::<ObjectKey>::new()));
+    let queue = Arc::new(Mutex::new(ReadQueue::default()));
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut tick = tokio::time::interval(recheck);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let pod = tokio::select! {
-            p = queue.recv() => match p { Some(p) => p, None => return },
+        let has_waiting = lock_queue(&queue).waiting() > 0;
+        tokio::select! {
+            // Requests are drained even while every permit is taken (a hung
+            // API server), so the channel never holds more than a burst.
+            p = requests.recv() => {
+                let Some(pod) = p else { return };
+                if shared.read(|ix| ix.needs_read(&pod)) {
+                    lock_queue(&queue).push(pod);
+                }
+            }
             _ = tick.tick() => {
                 let again = shared.write_unrendered(|ix, _| { ix.gc_pod_reads(); ix.pods_to_recheck() });
-                for p in again {
-                    let _ = shared.confirm_tx.send(p);
+                let mut q = lock_queue(&queue);
+                for pod in again {
+                    q.push(pod);
                 }
-                continue;
             }
-        };
-        let useful = shared.read(|ix| ix.needs_read(&pod));
-        if !useful {
-            continue;
-        }
-        let fresh = in_flight
-            .lock()
-            .map(|mut s| s.insert(pod.clone()))
-            .unwrap_or(false);
-        if !fresh {
-            continue;
-        }
-        pace.tick().await;
-        let Ok(permit) = permits.clone().acquire_owned().await else {
-            return;
-        };
-        let (shared, client, in_flight) = (shared.clone(), client.clone(), in_flight.clone());
-        tokio::spawn(async move {
-            let read = read_pod(&client, &pod.namespace, &pod.name).await;
-            shared.health.on_pod_read(match read {
-                PodRead::Live | PodRead::Finished => ReadResult::Found,
-                PodRead::Gone => ReadResult::NotFound,
-                PodRead::Failed => ReadResult::Error,
-            });
-            if let Ok(mut s) = in_flight.lock() {
-                s.remove(&pod);
+            permit = permits.clone().acquire_owned(), if has_waiting => {
+                let Ok(permit) = permit else { return };
+                pace.tick().await;
+                let Some(pod) = lock_queue(&queue).start_next() else { continue };
+                // The ticket is taken before the request goes out: a cache
+                // change from here on makes its answer too old to record.
+                let ticket = shared.write_unrendered(|ix, _| {
+                    ix.needs_read(&pod).then(|| ix.begin_pod_read(pod.clone()))
+                });
+                let Some(ticket) = ticket else {
+                    lock_queue(&queue).done(&pod);
+                    continue;
+                };
+                let (shared, client, queue) = (shared.clone(), client.clone(), queue.clone());
+                tokio::spawn(async move {
+                    let read = read_pod(&client, &pod.namespace, &pod.name).await;
+                    shared.health.on_pod_read(match read {
+                        PodRead::Live | PodRead::Finished => ReadResult::Found,
+                        PodRead::Gone => ReadResult::NotFound,
+                        PodRead::Failed => ReadResult::Error,
+                    });
+                    // Marked done first, so a re-read the index asks for
+                    // below is queued, not dropped as a duplicate.
+                    lock_queue(&queue).done(&pod);
+                    shared.update(|ix, now| ix.finish_pod_read(ticket, read, now));
+                    drop(permit);
+                });
             }
-            shared.update(|ix, now| ix.record_pod_read(pod, read, now));
-            drop(permit);
-        });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(n: &str) -> ObjectKey {
+        ObjectKey::new("ns", n)
+    }
+
+    #[test]
+    fn a_pod_is_queued_at_most_once() {
+        let mut q = ReadQueue::default();
+        assert!(q.push(pod("a")));
+        for _ in 0..100 {
+            assert!(!q.push(pod("a")));
+        }
+        assert!(q.push(pod("b")));
+        assert_eq!(q.waiting(), 2);
+        assert_eq!(q.start_next(), Some(pod("a")));
+        // While it is read it is not queued again.
+        assert!(!q.push(pod("a")));
+        assert_eq!(q.waiting(), 1);
+        q.done(&pod("a"));
+        assert!(q.push(pod("a")));
+        assert_eq!(q.start_next(), Some(pod("b")));
+        assert_eq!(q.start_next(), Some(pod("a")));
+        assert_eq!(q.start_next(), None);
+        assert_eq!(q.reading(), 2);
     }
 }

@@ -205,6 +205,8 @@ fn fixed_state() -> Arc<Shared> {
             lease("ns2", Kind::TerraformMachinePool, "pool", "someone", None),
         ),
         // The Lease of an object that is not watched, with a hostile holder.
+        // First seen at t0, its Created lies 50 minutes later (a fast
+        // clock): a foreign lock's age runs from the earlier, t0.
         (
             Resource::Leases,
             lease(
@@ -228,17 +230,20 @@ fn fixed_state() -> Arc<Shared> {
                 Some(1_799_999_000.0),
             ),
         ),
+        // About an object neither watched nor locked: counted, but it adds
+        // no series (whoever may create Events cannot grow the exposition).
         (
             Resource::Events,
             force_unlock("ns1", "ev-2", "TerraformMachine", "gone", 1, None),
         ),
+        // About the unwatched object whose lock Lease is known: rendered.
         (
             Resource::Events,
             force_unlock(
-                "ns9",
+                "ns3",
                 "ev-3",
                 "TerraformCluster",
-                "old",
+                "orphan",
                 2,
                 Some(1_799_000_000.5),
             ),

@@ -82,9 +82,13 @@ pub fn owns_pod(kindshort: &str, name: &str, pod: &str) -> bool {
     let Some((job, pod_suffix)) = pod.rsplit_once('-') else {
         return false;
     };
-    if pod_suffix.len() != POD_SUFFIX_LEN {
-        return false;
-    }
+    pod_suffix.len() == POD_SUFFIX_LEN && is_job_of(kindshort, name, job)
+}
+
+/// Whether `job` is a name [`job_name`] returns for `kindshort` and `name`
+/// (some operation, attempt and hash6): the Job half of [`owns_pod`], also
+/// used to check the `related` Job of a ForceUnlocked Event.
+pub fn is_job_of(kindshort: &str, name: &str, job: &str) -> bool {
     // hash6 is deliberately not validated: Go accepts any text here.
     let Some((rest, hash6)) = job.rsplit_once('-') else {
         return false;

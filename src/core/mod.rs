@@ -10,5 +10,6 @@ pub mod classify;
 pub mod jobname;
 pub mod kind;
 pub mod lockinfo;
+pub mod podname;
 pub mod suffix;
 pub mod timeouts;

@@ -161,14 +161,17 @@ pub fn capi_cluster(name: &str) -> Value {
 /// CAPTF's ForceUnlocked Event about an object, seen `count` times.
 pub fn force_unlock_event(event_name: &str, kind: Kind, name: &str, count: u64) -> Value {
     let now = now_rfc3339(0, SecondsFormat::Micros);
+    // As CAPTF's recorder writes it: related is the Job that force-unlocks.
+    let job = job_name(kind.short(), name, Op::Apply, 2, "f0e1d2");
     let mut rest = json!({
         "reason": FORCE_UNLOCKED_REASON,
         "reportingController": CAPTF_CONTROLLER,
         "reportingInstance": format!("{CAPTF_CONTROLLER}-0"),
-        "action": "ForceUnlock",
-        "type": "Normal",
-        "note": "state lock force-unlocked: its holder is gone",
+        "action": "Run",
+        "type": "Warning",
+        "note": format!("Job {job} force-unlocks a stale state lock whose holder pod no longer exists"),
         "eventTime": now,
+        "related": {"apiVersion": "batch/v1", "kind": "Job", "namespace": NS, "name": job},
         "regarding": {
             "apiVersion": format!("{API_GROUP}/{API_VERSION}"),
             "kind": kind.as_str(),

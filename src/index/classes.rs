@@ -3,6 +3,7 @@
 
 use std::time::SystemTime;
 
+use super::pods::ReadTicket;
 use super::{ClassChange, Effects, Index, Lock, LockKey, LockLease, ObjectKey, PodRead};
 use crate::core::classify::{classify, holder_of, Holder, HolderClass, PodEvidence};
 use crate::core::kind::Kind;
@@ -79,7 +80,7 @@ impl Index {
         if let Some(lock) = self.locks.get_mut(key) {
             lock.state.class = new_class;
         }
-        self.schedule_overdue(key);
+        self.schedule_overdue(key, now);
         if new_class != old_class {
             if let Some(lock) = self.locks.get(key) {
                 let rec = self.change_record(key, lock, old_class, new_class, now);
@@ -91,7 +92,7 @@ impl Index {
     /// Queues a held foreign or unknown lock whose overdue warning is not
     /// logged yet at its deadline (`Created` or first seen, plus the
     /// effective lockTimeoutSeconds); forgets any other.
-    pub(super) fn schedule_overdue(&mut self, key: &LockKey) {
+    pub(super) fn schedule_overdue(&mut self, key: &LockKey, now: SystemTime) {
         let deadline = self.locks.get(key).and_then(|lock| {
             let waiting = lock.lease.is_held()
                 && !lock.state.overdue_logged
@@ -102,10 +103,9 @@ impl Index {
             if !waiting {
                 return None;
             }
-            let base = lock
-                .lease
-                .created_seconds()
-                .or_else(|| lock.state.first_seen_held.map(super::unix_seconds))?;
+            let (base, _) =
+                lock.lease
+                    .age_base(lock.state.first_seen_held, lock.state.class, now)?;
             let timeout = self
                 .effective_of_lock(key, &lock.lease)
                 .lock_timeout_seconds;
@@ -182,11 +182,35 @@ fn verified_label_owner(key: &LockKey, lease: &LockLease) -> Option<(Kind, Strin
 
 /// The verifier's questions.
 impl Index {
-    /// Records a live read of a holder pod and reclassifies its locks.
+    /// Records a live read of a holder pod, started and answered now, and
+    /// reclassifies its locks.
     pub fn record_pod_read(&mut self, pod: ObjectKey, read: PodRead, now: SystemTime) -> Effects {
+        let ticket = self.begin_pod_read(pod);
+        self.finish_pod_read(ticket, read, now)
+    }
+
+    /// Starts a live read of `pod`; see [`Index::finish_pod_read`].
+    pub fn begin_pod_read(&mut self, pod: ObjectKey) -> ReadTicket {
+        self.pods.begin_read(pod)
+    }
+
+    /// Records the answer of a live read and reclassifies the pod's locks.
+    /// An answer from before a cache change of the pod is dropped, and the
+    /// pod is queued again when a read is still needed: the cache wins over
+    /// a read that raced it.
+    pub fn finish_pod_read(
+        &mut self,
+        ticket: ReadTicket,
+        read: PodRead,
+        now: SystemTime,
+    ) -> Effects {
         let mut fx = Effects::default();
-        self.pods.record_read(pod.clone(), read, now);
-        self.reclassify_holder(&pod, now, &mut fx);
+        let pod = ticket.pod.clone();
+        if self.pods.finish_read(ticket, read, now) {
+            self.reclassify_holder(&pod, now, &mut fx);
+        } else if self.needs_read(&pod) {
+            fx.confirm.push(pod);
+        }
         fx
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use crate::core::classify::lock_id;
+use crate::core::classify::{lock_id, HolderClass};
 use crate::core::kind::Kind;
 use crate::core::lockinfo::{LockInfo, LockInfoError};
 use crate::core::suffix::{kind_of_suffix, lock_lease_name};
@@ -10,6 +10,8 @@ use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
 
 /// Longest label value taken from lock-info (Who, ID, Operation, Version).
 /// lock-info is written by the runner's ServiceAccount: untrusted, any size.
+/// The lock ID is kept whole (it tells one lock from the next and is the
+/// argument of the printed force-unlock) and capped only as a label.
 pub const MAX_LABEL_BYTES: usize = 128;
 
 /// Who is kept up to this size; longer values keep their head and the host.
@@ -49,7 +51,7 @@ pub struct LockLease {
     pub label_kind: Option<Kind>,
     /// The `owner-name` label (the name, or its hash when over 63 bytes).
     pub label_name: Option<String>,
-    /// `spec.holderIdentity`; empty when released.
+    /// `spec.holderIdentity`, whole; empty when released.
     pub holder_identity: String,
     /// Parsed lock-info, capped; None when absent or unparseable.
     pub info: Option<LockInfo>,
@@ -76,7 +78,7 @@ impl LockLease {
             suffix,
             label_kind: label_kind.and_then(Kind::from_kind),
             label_name,
-            holder_identity: cap(&holder_identity, MAX_LABEL_BYTES).to_string(),
+            holder_identity,
             info,
             info_error,
         }
@@ -92,9 +94,16 @@ impl LockLease {
         !self.holder_identity.is_empty()
     }
 
-    /// The lock ID: lock-info ID when non-empty, else holderIdentity.
+    /// The lock ID, whole: lock-info ID when non-empty, else
+    /// holderIdentity. What tells one lock from the next, and what a
+    /// force-unlock needs.
     pub fn lock_id(&self) -> &str {
         lock_id(&self.holder_identity, self.info.as_ref())
+    }
+
+    /// The lock ID, capped for a label value.
+    pub fn lock_id_label(&self) -> &str {
+        cap(self.lock_id(), MAX_LABEL_BYTES)
     }
 
     /// Kind from the labels, else from the suffix.
@@ -115,23 +124,48 @@ impl LockLease {
         Some(created.timestamp() as f64 + f64::from(created.timestamp_subsec_nanos()) / 1e9)
     }
 
-    /// Age at `now` and where it comes from; None when not held. A future
-    /// `Created` (clock skew) counts as age 0; without a usable `Created`
-    /// the age runs from `first_seen_held`.
-    pub fn age(
+    /// When the lock's age starts (Unix seconds) and where that comes
+    /// from; None when not held. `first_seen_held` is when this exporter
+    /// first saw the lock held.
+    ///
+    /// Own locks count from `Created`. A foreign or unknown lock counts
+    /// from the earlier of `Created` and the first sighting: a workstation
+    /// whose clock runs fast writes a future `Created`, and that must not
+    /// hide an overdue lock while every Job fails after lockTimeoutSeconds.
+    /// Without a usable `Created` the age runs from the first sighting.
+    pub fn age_base(
         &self,
-        now: SystemTime,
         first_seen_held: Option<SystemTime>,
+        class: Option<HolderClass>,
+        now: SystemTime,
     ) -> Option<(f64, AgeSource)> {
         if !self.is_held() {
             return None;
         }
-        let now_s = unix_seconds(now);
-        if let Some(created) = self.created_seconds() {
-            return Some(((now_s - created).max(0.0), AgeSource::LockInfo));
-        }
         let seen = unix_seconds(first_seen_held.unwrap_or(now));
-        Some(((now_s - seen).max(0.0), AgeSource::Observed))
+        match self.created_seconds() {
+            Some(created)
+                if seen < created
+                    && matches!(class, Some(HolderClass::Foreign | HolderClass::Unknown)) =>
+            {
+                Some((seen, AgeSource::Observed))
+            }
+            Some(created) => Some((created, AgeSource::LockInfo)),
+            None => Some((seen, AgeSource::Observed)),
+        }
+    }
+
+    /// Age at `now` and where it comes from (see [`LockLease::age_base`]);
+    /// None when not held. An age is never negative: a future `Created`
+    /// of an own lock counts as age 0.
+    pub fn age(
+        &self,
+        now: SystemTime,
+        first_seen_held: Option<SystemTime>,
+        class: Option<HolderClass>,
+    ) -> Option<(f64, AgeSource)> {
+        let (base, source) = self.age_base(first_seen_held, class, now)?;
+        Some(((unix_seconds(now) - base).max(0.0), source))
     }
 }
 
@@ -157,7 +191,6 @@ pub fn cap(s: &str, max: usize) -> &str {
 }
 
 fn cap_info(mut info: LockInfo) -> LockInfo {
-    info.id = cap(&info.id, MAX_LABEL_BYTES).to_string();
     info.operation = cap(&info.operation, MAX_LABEL_BYTES).to_string();
     info.version = cap(&info.version, MAX_LABEL_BYTES).to_string();
     if info.who.len() > MAX_WHO_BYTES {

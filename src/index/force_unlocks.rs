@@ -10,7 +10,9 @@
 use std::collections::{HashMap, HashSet};
 
 use super::entries::{ForceUnlockEvent, ForceUnlocks};
-use super::keys::{ObjectKey, ObjectRef};
+use super::keys::{LockKey, ObjectKey, ObjectRef};
+use crate::core::kind::Kind;
+use crate::core::suffix::state_suffix;
 
 /// Most force-unlocks one Event update may add to a counter. CAPTF emits
 /// each ForceUnlocked Event once, without a series (every Job names a new
@@ -30,6 +32,21 @@ pub struct ForceUnlockIndex {
     counters: HashMap<ObjectRef, ForceUnlocks>,
     /// How many stored Events name each object.
     refs: HashMap<ObjectRef, usize>,
+    /// The counters of each lock, by the lock its object's name gives. A
+    /// lock Lease that outlives its object (deletionPolicy Retain) may be
+    /// shown under another name (its owner-name label is a hash when the
+    /// name is over 63 bytes): its deletion finds the counter here.
+    by_lock: HashMap<LockKey, HashSet<ObjectRef>>,
+}
+
+/// The lock an object's counter belongs to; None for a kind that is not a
+/// Terraform* kind (no lock).
+fn lock_of(obj: &ObjectRef) -> Option<LockKey> {
+    let kind = Kind::from_kind(&obj.kind)?;
+    Some(LockKey::new(
+        &obj.namespace,
+        state_suffix(&obj.namespace, kind, &obj.name),
+    ))
 }
 
 fn regarding(ev: &ForceUnlockEvent) -> ObjectRef {
@@ -105,6 +122,14 @@ impl ForceUnlockIndex {
             None => 0,
         }
         .min(MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE);
+        if !self.counters.contains_key(&new_ref) {
+            if let Some(lock) = lock_of(&new_ref) {
+                self.by_lock
+                    .entry(lock)
+                    .or_default()
+                    .insert(new_ref.clone());
+            }
+        }
         let counter = self.counters.entry(new_ref).or_default();
         counter.total = counter.total.saturating_add(added);
         if let Some(t) = ev.last_seen {
@@ -131,7 +156,29 @@ impl ForceUnlockIndex {
         if self.refs.contains_key(obj) || known(obj) {
             return;
         }
-        self.counters.remove(obj);
+        if self.counters.remove(obj).is_some() {
+            if let Some(lock) = lock_of(obj) {
+                if let Some(set) = self.by_lock.get_mut(&lock) {
+                    set.remove(obj);
+                    if set.is_empty() {
+                        self.by_lock.remove(&lock);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`ForceUnlockIndex::gc`] for every counter of `lock`, whatever name
+    /// the lock is shown under.
+    pub fn gc_lock(&mut self, lock: &LockKey, known: &dyn Fn(&ObjectRef) -> bool) {
+        let objs: Vec<ObjectRef> = self
+            .by_lock
+            .get(lock)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        for obj in objs {
+            self.gc(&obj, known);
+        }
     }
 
     /// The counter of an object (zero when none was seen).

@@ -54,8 +54,10 @@ impl IndexResource<LockLease> for Index {
                 let rec = self.change_record(&lock, &old, old.state.class, None, now);
                 fx.class_changes.push(rec);
             }
-            let (kind, name) = self.display_owner(&lock, &old.lease);
-            self.gc_counter(&ObjectRef::new(&lock.namespace, kind, name));
+            // By the lock, not by the name it was shown under: a Lease
+            // that outlived its long-named object shows its suffix.
+            let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
+            self.force_unlocks.gc_lock(&lock, &known);
         }
         fx
     }
@@ -180,9 +182,10 @@ impl IndexResource<ForceUnlockEvent> for Index {
     type Key = ObjectKey;
     type Scope = Option<String>;
 
-    fn apply(&mut self, key: ObjectKey, ev: ForceUnlockEvent, _now: SystemTime) -> Effects {
+    fn apply(&mut self, key: ObjectKey, ev: ForceUnlockEvent, now: SystemTime) -> Effects {
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
-        self.force_unlocks.apply(key, ev, &known);
+        self.force_unlocks
+            .apply(key, without_future_time(ev, now), &known);
         Effects::default()
     }
 
@@ -196,12 +199,29 @@ impl IndexResource<ForceUnlockEvent> for Index {
         &mut self,
         scope: &Option<String>,
         items: Vec<(ObjectKey, ForceUnlockEvent)>,
-        _now: SystemTime,
+        now: SystemTime,
     ) -> Effects {
+        let items = items
+            .into_iter()
+            .map(|(k, ev)| (k, without_future_time(ev, now)))
+            .collect();
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
         self.force_unlocks.reset(scope.as_deref(), items, &known);
         Effects::default()
     }
+}
+
+/// Most an Event's time may lie ahead of this exporter's clock. Event
+/// times come from the writer's clock; one from the future would pin the
+/// last force-unlock time (a maximum) until that future passes.
+pub const MAX_EVENT_CLOCK_SKEW_SECONDS: f64 = 60.0;
+
+/// The Event with its time dropped when that time lies further ahead of
+/// `now` than [`MAX_EVENT_CLOCK_SKEW_SECONDS`]; it still counts.
+fn without_future_time(mut ev: ForceUnlockEvent, now: SystemTime) -> ForceUnlockEvent {
+    let limit = super::unix_seconds(now) + MAX_EVENT_CLOCK_SKEW_SECONDS;
+    ev.last_seen = ev.last_seen.filter(|t| *t <= limit);
+    ev
 }
 
 /// The lock key of a lock Lease's name; None for a name that is not one.
@@ -244,6 +264,11 @@ impl Index {
             fx.extend(self.apply(key, item, now));
         }
         fx
+    }
+
+    /// A watched object, or a lock Lease, of that kind and name.
+    pub(super) fn object_known(&self, obj: &ObjectRef) -> bool {
+        object_known(&self.locks, &self.policy, obj)
     }
 
     fn gc_counter(&mut self, obj: &ObjectRef) {

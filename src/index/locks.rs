@@ -31,7 +31,8 @@ pub struct Lock {
 impl Lock {
     /// Age at `now` and its source; None when not held.
     pub fn age(&self, now: SystemTime) -> Option<(f64, AgeSource)> {
-        self.lease.age(now, self.state.first_seen_held)
+        self.lease
+            .age(now, self.state.first_seen_held, self.state.class)
     }
 }
 

@@ -36,7 +36,7 @@ pub use entries::{
 pub use force_unlocks::MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE;
 pub use keys::{LockKey, ObjectKey, ObjectRef};
 pub use locks::{Lock, LockState};
-pub use pods::PodRead;
+pub use pods::{PodRead, ReadTicket};
 pub use report::LockFilter;
 pub use resource::{Resource, ResourceSpec};
 pub use views::{LockView, Overdue};

@@ -25,10 +25,15 @@ impl Index {
             .of(&ObjectRef::new(namespace, kind, name))
     }
 
-    /// Calls `f` for every force-unlock counter, known object or not.
+    /// Calls `f` for every force-unlock counter of an object the index
+    /// knows: a watched object, or a lock Lease whose suffix the name
+    /// gives. An Event about anything else adds no series: whoever may
+    /// create Events cannot grow the exposition.
     pub fn for_each_force_unlock(&self, mut f: impl FnMut(&str, &str, &str, ForceUnlocks)) {
         for (obj, c) in self.force_unlocks.counters() {
-            f(&obj.namespace, &obj.kind, &obj.name, *c);
+            if self.object_known(obj) {
+                f(&obj.namespace, &obj.kind, &obj.name, *c);
+            }
         }
     }
 
@@ -76,7 +81,7 @@ impl Index {
     /// a TerraformCluster or CAPI Cluster, every queued one once).
     pub fn newly_overdue(&mut self, now: SystemTime) -> Vec<Overdue> {
         for key in self.overdue.take_stale() {
-            self.schedule_overdue(&key);
+            self.schedule_overdue(&key, now);
         }
         #[allow(clippy::cast_possible_truncation)]
         let now_ms = (super::unix_seconds(now) * 1000.0).floor() as i64;
@@ -93,7 +98,7 @@ impl Index {
             {
                 // Not yet after all (rounding, or the timeout grew): queued
                 // again at its new deadline, or dropped when logged.
-                self.schedule_overdue(&key);
+                self.schedule_overdue(&key, now);
                 continue;
             }
             let (kind, name) = self.display_owner(&key, &lock.lease);
@@ -179,6 +184,7 @@ pub struct LockView<'a> {
 impl LockView<'_> {
     /// Age at `now` and its source; None when not held.
     pub fn age(&self, now: SystemTime) -> Option<(f64, AgeSource)> {
-        self.lease.age(now, self.state.first_seen_held)
+        self.lease
+            .age(now, self.state.first_seen_held, self.state.class)
     }
 }

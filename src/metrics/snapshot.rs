@@ -86,15 +86,16 @@ fn snapshot_of(ix: &crate::index::Index, now: SystemTime) -> Snapshot {
                 class,
                 operation: info.map(|i| i.operation.clone()).unwrap_or_default(),
                 holder: v.lease.holder_label().to_string(),
-                lock_id: v.lease.lock_id().to_string(),
+                lock_id: v.lease.lock_id_label().to_string(),
                 version: info.map(|i| i.version.clone()).unwrap_or_default(),
                 age,
                 age_source: source.as_str(),
                 created: v.lease.created_seconds(),
                 overdue: is_overdue(class, age, v.effective.lock_timeout_seconds),
-                base: v.lease.created_seconds().unwrap_or_else(|| {
-                    crate::index::unix_seconds(v.state.first_seen_held.unwrap_or(now))
-                }),
+                base: v
+                    .lease
+                    .age_base(v.state.first_seen_held, Some(class), now)
+                    .map_or(0.0, |(base, _)| base),
                 timeout: v.effective.lock_timeout_seconds,
             });
         });

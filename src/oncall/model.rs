@@ -14,6 +14,7 @@ use crate::core::classify::{is_overdue, HolderClass};
 use crate::core::jobname::owns_pod;
 use crate::core::kind::Kind;
 use crate::core::lockinfo::holder_host;
+use crate::core::podname::{check_pod_name, PodName};
 use crate::core::timeouts::{Resolved, Source};
 use crate::index::{unix_seconds, ForceUnlocks, LockLease, PodRead, PodState};
 
@@ -317,7 +318,16 @@ pub fn own_verdict(lease: &LockLease, owner: Option<(Kind, &str)>) -> OwnVerdict
 
 fn pod_report(p: &PodFacts) -> PodReport {
     let read = p.last_read.map(|(r, _)| r);
-    let state = match (p.cached, read) {
+    let state = match check_pod_name(&p.name) {
+        PodName::Valid => None,
+        PodName::RefusedByClient => Some(
+            "not a pod name that can be read (contains '/' or '%'): never read; CAPTF's own read of it fails, so it never force-unlocks: not verified".to_string(),
+        ),
+        PodName::CannotExist => Some(
+            "not a valid pod name (DNS-1123): no pod can have it, so CAPTF's read finds none: gone (never read)".to_string(),
+        ),
+    };
+    let state = state.unwrap_or_else(|| match (p.cached, read) {
         (Some(c), _) if !c.finished => {
             "exists and has not finished (watch cache): live".to_string()
         }
@@ -327,7 +337,7 @@ fn pod_report(p: &PodFacts) -> PodReport {
         (_, Some(PodRead::Failed)) => "could not be read (RBAC or API error): not verified".into(),
         (Some(_), None) => "finished in the watch cache; live read pending".into(),
         (None, None) => "not in the watch cache; live read pending".into(),
-    };
+    });
     PodReport {
         name: p.name.clone(),
         state,
@@ -381,7 +391,7 @@ impl LockReport {
         };
         let own = own_verdict(lease, owner);
         let (age, age_source) = lease
-            .age(now, f.first_seen_held)
+            .age(now, f.first_seen_held, Some(f.class))
             .map_or((0.0, "observed"), |(a, s)| (a, s.as_str()));
         let eff = f.resolved.effective;
         let src = f.resolved.sources;

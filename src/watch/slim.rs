@@ -315,9 +315,13 @@ pub struct CapiClusterObject {
 }
 slim_resource!(CapiClusterObject);
 
-/// An object an Event is about.
+/// An object an Event is about, or relates to.
 #[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct EventRef {
+    /// API version (`group/version`, or `version` for the core group).
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub api_version: String,
     /// Namespace.
     #[serde(default, deserialize_with = "lenient_string")]
     pub namespace: String,
@@ -357,6 +361,9 @@ pub struct EventObject {
     /// The object it is about.
     #[serde(default, deserialize_with = "lenient")]
     pub regarding: Option<EventRef>,
+    /// The secondary object (for ForceUnlocked: the Job that unlocks).
+    #[serde(default, deserialize_with = "lenient")]
+    pub related: Option<EventRef>,
     /// Repeats.
     #[serde(default, deserialize_with = "lenient")]
     pub series: Option<EventSeries>,

@@ -3,8 +3,10 @@
 
 use kube::ResourceExt;
 
+use crate::core::jobname::is_job_of;
 use crate::core::kind::Kind;
 use crate::core::lockinfo::parse_lock_info;
+use crate::core::podname::is_dns1123_subdomain;
 use crate::core::suffix::suffix_of_lock_lease;
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
 use crate::index::{CapiCluster, ForceUnlockEvent, LockLease, ObjectKey, PodState, TfObject};
@@ -21,7 +23,8 @@ pub const CAPTF_LEASE_LABEL: &str = "captf.io/lease";
 pub const MANAGED_LABEL: &str = "captf.io/managed";
 use super::slim::JobsDoc;
 pub use super::slim::{
-    CapiClusterObject, EventObject, LeaseObject, PodObject, TerraformObject, LOCK_INFO_ANNOTATION,
+    CapiClusterObject, EventObject, EventRef, LeaseObject, PodObject, TerraformObject,
+    LOCK_INFO_ANNOTATION,
 };
 /// Owner kind label on Leases, Jobs and pods.
 pub const OWNER_KIND_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-kind";
@@ -135,13 +138,53 @@ fn rfc3339_seconds(s: &str) -> Option<f64> {
     Some(t.timestamp() as f64 + f64::from(t.timestamp_subsec_nanos()) / 1e9)
 }
 
+/// API group of the Terraform* kinds.
+const INFRA_GROUP: &str = "infrastructure.cluster.x-k8s.io";
+
+/// The group of an `apiVersion` (`""` for the core group).
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(g, _)| g)
+}
+
+/// Whether `regarding` and `related` are what CAPTF's recorder writes on a
+/// ForceUnlocked Event in `namespace`: regarding a Terraform* object with
+/// a name an object can have, related a Job whose name CAPTF's job-name
+/// rule gives for that object. Anyone who may create Events can claim to
+/// be `captf-manager`; only an Event CAPTF could have written moves a
+/// counter or adds a series. The object name's bound (a DNS-1123
+/// subdomain, at most 253 bytes) is the label cap: a cut name would not
+/// match the object's other series.
+pub fn plausible_force_unlock(
+    namespace: &str,
+    regarding: &EventRef,
+    related: Option<&EventRef>,
+) -> bool {
+    let same_ns = |r: &EventRef| r.namespace.is_empty() || r.namespace == namespace;
+    let Some(kind) = Kind::from_kind(&regarding.kind) else {
+        return false;
+    };
+    let Some(job) = related else {
+        return false;
+    };
+    group_of(&regarding.api_version) == INFRA_GROUP
+        && same_ns(regarding)
+        && is_dns1123_subdomain(&regarding.name)
+        && job.kind == "Job"
+        && job.api_version == "batch/v1"
+        && same_ns(job)
+        && is_job_of(kind.short(), &regarding.name, &job.name)
+}
+
 /// An events.k8s.io/v1 Event: kept when it is one of CAPTF's
-/// ForceUnlocked Events (filtered client side as well).
+/// ForceUnlocked Events (filtered client side as well) and
+/// [`plausible_force_unlock`].
 pub fn force_unlock_event(obj: &EventObject) -> Trimmed<ObjectKey, ForceUnlockEvent> {
     let key = key_of(&obj.metadata);
-    let ours = obj.reason == FORCE_UNLOCKED_REASON && obj.reporting_controller == CAPTF_CONTROLLER;
+    let regarding = obj.regarding.clone().unwrap_or_default();
+    let ours = obj.reason == FORCE_UNLOCKED_REASON
+        && obj.reporting_controller == CAPTF_CONTROLLER
+        && plausible_force_unlock(&key.namespace, &regarding, obj.related.as_ref());
     let entry = ours.then(|| {
-        let regarding = obj.regarding.clone().unwrap_or_default();
         let series = obj.series.as_ref();
         let occurrences = series.and_then(|s| s.count).unwrap_or(1).max(1);
         let last_seen = series
@@ -152,11 +195,8 @@ pub fn force_unlock_event(obj: &EventObject) -> Trimmed<ObjectKey, ForceUnlockEv
                 let created = obj.metadata.creation_timestamp.as_ref()?;
                 rfc3339_seconds(&created.0.to_string())
             });
-        let namespace = Some(regarding.namespace)
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| key.namespace.clone());
         ForceUnlockEvent {
-            namespace,
+            namespace: key.namespace.clone(),
             kind: regarding.kind,
             name: regarding.name,
             occurrences,

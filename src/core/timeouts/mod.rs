@@ -108,8 +108,11 @@ pub struct Resolved {
 ///   `clusterInherited = MergeJobPolicy(defaults.Jobs, cluster.Spec.Jobs)`.
 ///
 /// `lockTimeoutSeconds` is a pointer in Go: an explicit 0 is set and stops
-/// the search. `activeDeadlineSeconds` is merged with `cmp.Or`: 0 (and, on
-/// invalid objects, a negative value) is unset and the search goes on.
+/// the search. `activeDeadlineSeconds` is a plain integer merged with
+/// `cmp.Or`, which returns its first argument that is not the zero value:
+/// 0 is unset and the search goes on, but a negative value (only on an
+/// object that bypassed validation) is not zero, so it stops the search;
+/// the Job builder then uses the built-in value for anything not above 0.
 pub fn resolve(
     kind: Kind,
     own: Option<&JobsPolicy>,
@@ -134,10 +137,13 @@ pub fn resolve(
             .unwrap_or((built_in, Source::BuiltIn))
     };
     let (lock, lock_src) = first(&|p| p.lock_timeout_seconds, DEFAULT_LOCK_TIMEOUT_SECONDS);
-    let (deadline, deadline_src) = first(
-        &|p| p.active_deadline_seconds.filter(|v| *v > 0),
+    let (deadline, deadline_src) = match first(
+        &|p| p.active_deadline_seconds.filter(|v| *v != 0),
         DEFAULT_ACTIVE_DEADLINE_SECONDS,
-    );
+    ) {
+        (v, _) if v < 0 => (DEFAULT_ACTIVE_DEADLINE_SECONDS, Source::BuiltIn),
+        found => found,
+    };
     Resolved {
         effective: Effective {
             lock_timeout_seconds: lock,

@@ -246,6 +246,10 @@ fn zero_or_negative_deadline_is_unset_at_each_level() {
         assert_eq!(deadline(kind, Some(0), &cp(Some(0), Some(0))), 3600);
         assert_eq!(deadline(kind, Some(-5), &cp(Some(-1), Some(-2))), 3600);
         assert_eq!(deadline(kind, Some(-5), &cp(None, None)), 3600);
+        // cmp.Or stops at the first non-zero value, negative included; the
+        // Job builder then takes the built-in value, not the inherited one.
+        assert_eq!(deadline(kind, Some(-5), &cp(Some(900), Some(800))), 3600);
+        assert_eq!(deadline(kind, Some(0), &cp(Some(-1), Some(800))), 3600);
         assert_eq!(deadline(kind, Some(60), &cp(Some(900), Some(800))), 60);
     }
     assert_eq!(

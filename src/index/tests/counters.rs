@@ -127,7 +127,14 @@ fn overdue_is_reported_once_per_lock() {
 fn counters_of_deleted_objects_go_when_no_event_names_them() {
     let mut ix = Index::new();
     let m = Kind::TerraformMachine;
+    // Stored counters; what is rendered is checked below.
     let count = |ix: &Index| {
+        ix.force_unlocks
+            .counters()
+            .filter(|(o, _)| o.name == "web")
+            .count()
+    };
+    let rendered = |ix: &Index| {
         let mut n = 0;
         ix.for_each_force_unlock(|_, _, name, _| n += usize::from(name == "web"));
         n
@@ -141,8 +148,14 @@ fn counters_of_deleted_objects_go_when_no_event_names_them() {
     ix.feed(Resource::Events, fu_event("e2", "web", 1, 2.0));
     assert_eq!(ix.force_unlocks_of(NS, "TerraformMachine", "web").total, 2);
     // The object goes; its Events still name it: the counter stays.
+    assert_eq!(rendered(&ix), 1);
     ix.feed(Resource::TerraformMachines, gone("web"));
     assert_eq!(count(&ix), 1);
+    assert_eq!(
+        rendered(&ix),
+        0,
+        "an object neither watched nor locked adds no series"
+    );
     ix.feed(Resource::Events, gone("e1"));
     assert_eq!(count(&ix), 1, "e2 still names it");
     // The last Event expires: nothing names the object any more.

@@ -5,6 +5,7 @@
 mod classes;
 mod counters;
 mod integrity;
+mod review;
 mod timeouts;
 
 use std::collections::HashMap;
