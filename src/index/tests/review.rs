@@ -245,12 +245,21 @@ fn the_whole_holder_identity_is_the_lock_id() {
     let mut ix = Index::new();
     let m = Kind::TerraformMachine;
     let long = |tail: &str| format!("{}{tail}", "i".repeat(200));
+    // Through LockLease::new, where the Lease is trimmed.
     let held = |id: String| {
-        let mut c = lease_change(m, "a", None);
-        if let Some(Entry::Lease(l)) = &mut c.entry {
-            l.holder_identity = id;
+        let suffix = state_suffix(NS, m, "a");
+        let l = LockLease::new(
+            NS.into(),
+            suffix.clone(),
+            Some(m.as_str()),
+            Some("a".into()),
+            id,
+            Ok(None),
+        );
+        Change {
+            key: (NS.into(), lock_lease_name(&suffix)),
+            entry: Some(Entry::Lease(l)),
         }
-        c
     };
     ix.feed(Resource::Leases, held(long("-one")));
     let mut seen = Vec::new();
