@@ -13,7 +13,12 @@
 //!   and asks for bookmarks; one that delivers nothing for that long plus
 //!   [`Timing::idle_margin`] is restarted (the restart's own request is what
 //!   tells a hung server from one that ignores `timeoutSeconds`);
-//! - every failure counts and backs off (capped, with jitter); a 410 relists.
+//! - every failure counts and backs off (capped, with jitter); a 410 relists;
+//! - an event that cannot be decoded is counted (`decode`) and marks the
+//!   scope for a relist: the change it carried is lost, and with bookmarks
+//!   a watch can resume for ever without listing again, so nothing else
+//!   would repair it. The relist happens when the watch ends, and at the
+//!   latest [`Timing::server_timeout`] after the event.
 
 use std::time::Duration;
 
@@ -21,6 +26,7 @@ use futures::StreamExt;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 
 use crate::health::{ErrorReason, Success};
 use crate::index::{Index, IndexResource};
@@ -225,12 +231,19 @@ where
     let mut backoff = Backoff::new(timing);
     let mut version: Option<String> = None;
     let mut synced = false;
+    // When the scope must be listed again because a watch event could not
+    // be decoded (set by `watch`, cleared by a list).
+    let mut relist_by: Option<Instant> = None;
     loop {
+        if relist_by.is_some() {
+            version = None;
+        }
         let rv = match version.take() {
             Some(rv) => rv,
             None => match list(&mut sink, &api, &selectors, timing, &trim).await {
                 Ok(rv) => {
                     synced = true;
+                    relist_by = None;
                     backoff.reset();
                     rv
                 }
@@ -242,7 +255,17 @@ where
                 }
             },
         };
-        match watch(&mut sink, &api, &selectors, timing, &trim, rv).await {
+        match watch(
+            &mut sink,
+            &api,
+            &selectors,
+            timing,
+            &trim,
+            rv,
+            &mut relist_by,
+        )
+        .await
+        {
             WatchEnd::Resume(rv) => {
                 backoff.reset();
                 version = Some(rv);
@@ -339,6 +362,20 @@ enum WatchEnd {
     Failed(Failed, Option<String>),
 }
 
+/// True for an error of one watch line that is not the stream's: the
+/// line was not a watch event. kube-client reports a line that fails to
+/// decode as an event but decodes as a `Status` as `Error::Api` of that
+/// status, and `Status` has only defaulted fields, so any JSON object
+/// does: code 0 is what such a line gives, never what a server sends in
+/// a Status (those come as ERROR events, handled apart).
+fn undecodable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::SerdeError(_) => true,
+        kube::Error::Api(status) => status.code == 0,
+        _ => false,
+    }
+}
+
 async fn watch<K, T, F>(
     sink: &mut Sink<'_, T>,
     api: &Api<K>,
@@ -346,6 +383,7 @@ async fn watch<K, T, F>(
     timing: Timing,
     trim: &F,
     mut rv: String,
+    relist_by: &mut Option<Instant>,
 ) -> WatchEnd
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
@@ -368,7 +406,21 @@ where
     futures::pin_mut!(stream);
     let idle = timing.server_timeout + timing.idle_margin;
     loop {
-        let item = match tokio::time::timeout(idle, stream.next()).await {
+        // A relist that is due ends the watch even if it keeps streaming
+        // (a server or proxy that ignores `timeoutSeconds`).
+        let wait = match *relist_by {
+            Some(by) => by.saturating_duration_since(Instant::now()).min(idle),
+            None => idle,
+        };
+        let item = match tokio::time::timeout(wait, stream.next()).await {
+            Err(_) if relist_by.is_some_and(|by| by <= Instant::now()) => {
+                tracing::info!(
+                    resource = sink.ingest.resource().as_str(),
+                    scope = sink.ingest.namespace(),
+                    "relisting after an undecodable watch event"
+                );
+                return WatchEnd::Resume(rv);
+            }
             Err(_) => {
                 tracing::debug!(
                     resource = sink.ingest.resource().as_str(),
@@ -406,13 +458,26 @@ where
                 return WatchEnd::Failed(f, Some(rv));
             }
             // One undecodable line loses one change, not the stream: count
-            // it and go on (the next relist repairs the index).
-            Err(e @ kube::Error::SerdeError(_)) => {
+            // it, go on, and mark the scope for a relist, the one thing
+            // that repairs what the lost change would have said (a lost
+            // DELETED is otherwise a ghost for as long as the process
+            // runs). Not at once: the rest of the stream is still good,
+            // and a relist per bad line could list a large scope without
+            // pause; at most one server timeout later, which also bounds
+            // the relists a stream of bad lines can cause.
+            Err(e) if undecodable(&e) => {
                 let resource = sink.ingest.resource();
                 sink.shared
                     .health
                     .count_error(resource, ErrorReason::Decode);
-                tracing::warn!(resource = resource.as_str(), error = %e, "undecodable watch event skipped");
+                let by = *relist_by.get_or_insert_with(|| Instant::now() + timing.server_timeout);
+                tracing::warn!(
+                    resource = resource.as_str(),
+                    scope = sink.ingest.namespace(),
+                    error = %e,
+                    relist_in_seconds = by.saturating_duration_since(Instant::now()).as_secs(),
+                    "undecodable watch event skipped; the scope is relisted when this watch ends"
+                );
             }
             Err(e) => return WatchEnd::Failed(Failed::Api(e), Some(rv)),
         }
