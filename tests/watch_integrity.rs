@@ -1,9 +1,11 @@
 //! Watch-loop integrity against the scripted API, on tokio's paused clock
 //! (the production `Timing::DEFAULT`, minutes of virtual time):
 //!
-//! an undecodable watch event leads to a relist, so a DELETED that could
-//! not be read does not leave a ghost behind a watch that resumes from
-//! bookmarks for ever.
+//! - an undecodable watch event leads to a relist, so a DELETED that could
+//!   not be read does not leave a ghost behind a watch that resumes from
+//!   bookmarks for ever;
+//! - a server or proxy that answers a watch and closes it at once does not
+//!   make a tight request loop, and the episode is counted.
 
 mod support;
 
@@ -153,7 +155,7 @@ async fn an_undecodable_event_on_a_watch_that_ends_relists_at_its_end() {
     .await;
     assert!(shows_lock(&text, "a"), "{text}");
     assert_eq!(api.calls(LEASES, false), 2, "the ended watch relisted");
-    // Let the next watch start.
+    // The next watch starts at most `watch_min_interval` after the last.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let log = api.log.lock().unwrap().clone();
     let after_relist: Vec<&String> = log
@@ -165,5 +167,47 @@ async fn an_undecodable_event_on_a_watch_that_ends_relists_at_its_end() {
         after_relist.len() >= 2 && after_relist[1].contains("resourceVersion=8"),
         "the next watch starts from the relist's version: {after_relist:?}"
     );
+    api.assert_only_get();
+}
+
+/// How many watches a minute of a proxy that closes every watch at once
+/// may cause: one start a second at most (`Timing::watch_min_interval`).
+const WATCHES_PER_MINUTE_BOUND: usize = 61;
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_that_closes_at_once_is_paced_and_counted() {
+    // Past this many watches the script hangs them, so that a loop with no
+    // delay at all stops instead of spinning the test for ever.
+    const CAP: usize = 2000;
+    let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
+        (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
+        // 200, no event, end of stream: a proxy that closes every watch.
+        (LEASES, true, n) if n <= CAP => Reply::Watch(vec![], false),
+        (LEASES, true, _) => Reply::Hang,
+        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
+        (PODS, true, _) => Reply::Watch(vec![], true),
+        _ => not_served(),
+    });
+    let started = Instant::now();
+    let shared = start(&api);
+    until(&shared, "first sync", Duration::from_secs(30), |t| {
+        shows_lock(t, "a")
+    })
+    .await;
+    // Every watch request of the first minute, the first one included.
+    tokio::time::sleep_until(started + Duration::from_secs(60)).await;
+    let watches = api.calls(LEASES, true);
+    println!("{watches} watch requests in one virtual minute");
+    assert!(
+        watches <= WATCHES_PER_MINUTE_BOUND,
+        "{watches} watch requests in one minute of watches that close at once (bound {WATCHES_PER_MINUTE_BOUND})"
+    );
+    assert!(watches >= 2, "the watch is still retried: {watches}");
+    let text = scrape(&shared);
+    assert!(
+        leases_errors(&text, "transport") >= 2.0,
+        "every watch that closed at once is counted:\n{text}"
+    );
+    assert_eq!(api.calls(LEASES, false), 1, "resumed, never relisted");
     api.assert_only_get();
 }

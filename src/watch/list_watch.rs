@@ -18,7 +18,11 @@
 //!   scope for a relist: the change it carried is lost, and with bookmarks
 //!   a watch can resume for ever without listing again, so nothing else
 //!   would repair it. The relist happens when the watch ends, and at the
-//!   latest [`Timing::server_timeout`] after the event.
+//!   latest [`Timing::server_timeout`] after the event;
+//! - two watch starts of a scope are at least [`Timing::watch_min_interval`]
+//!   apart, and a watch that ends cleanly within that interval without
+//!   delivering anything (a proxy that answers 200 and closes) is a
+//!   `transport` failure: counted, backed off, `watch_up` 0.
 
 use std::time::Duration;
 
@@ -55,6 +59,11 @@ pub struct Timing {
     pub backoff_max_config: Duration,
     /// Objects per list page.
     pub page_size: u32,
+    /// The least time from one watch start of a scope to the next. A watch
+    /// that ends cleanly resets the backoff, so without this a server or
+    /// proxy that answers every watch and closes it at once would be asked
+    /// again without pause.
+    pub watch_min_interval: Duration,
 }
 
 impl Timing {
@@ -68,6 +77,7 @@ impl Timing {
         backoff_max: Duration::from_secs(8),
         backoff_max_config: Duration::from_secs(30),
         page_size: 500,
+        watch_min_interval: Duration::from_secs(1),
     };
 }
 
@@ -234,6 +244,7 @@ where
     // When the scope must be listed again because a watch event could not
     // be decoded (set by `watch`, cleared by a list).
     let mut relist_by: Option<Instant> = None;
+    let mut last_watch: Option<Instant> = None;
     loop {
         if relist_by.is_some() {
             version = None;
@@ -255,6 +266,11 @@ where
                 }
             },
         };
+        // Paced, whatever the last watch did: see `Timing::watch_min_interval`.
+        if let Some(at) = last_watch {
+            tokio::time::sleep_until(at + timing.watch_min_interval).await;
+        }
+        last_watch = Some(Instant::now());
         match watch(
             &mut sink,
             &api,
@@ -290,6 +306,8 @@ enum Failed {
     Timeout(Duration),
     #[error("API error {code}: {message}")]
     Status { code: u16, message: String },
+    #[error("watch closed {0:?} after it opened, before any event or bookmark")]
+    ClosedAtOnce(Duration),
 }
 
 impl Failed {
@@ -298,6 +316,8 @@ impl Failed {
             Failed::Api(e) => reason_of(e),
             Failed::Timeout(_) => ErrorReason::Timeout,
             Failed::Status { code, .. } => ErrorReason::from_status(*code),
+            // The stream gave nothing and ended: to us, a broken stream.
+            Failed::ClosedAtOnce(_) => ErrorReason::Transport,
         }
     }
 }
@@ -403,6 +423,10 @@ where
         Err(f) => return WatchEnd::Failed(f, Some(rv)),
     };
     sink.success();
+    let opened = Instant::now();
+    // Anything at all (an event, a bookmark, an undecodable line): the
+    // stream carried data, so its end is not a proxy closing at once.
+    let mut delivered = false;
     futures::pin_mut!(stream);
     let idle = timing.server_timeout + timing.idle_margin;
     loop {
@@ -428,9 +452,16 @@ where
                 );
                 return WatchEnd::Resume(rv);
             }
-            Ok(None) => return WatchEnd::Resume(rv),
+            Ok(None) => {
+                let lasted = opened.elapsed();
+                if !delivered && lasted < timing.watch_min_interval {
+                    return WatchEnd::Failed(Failed::ClosedAtOnce(lasted), Some(rv));
+                }
+                return WatchEnd::Resume(rv);
+            }
             Ok(Some(item)) => item,
         };
+        delivered = true;
         match item {
             Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
                 if let Some(v) = o.meta().resource_version.clone() {
