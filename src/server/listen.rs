@@ -11,6 +11,14 @@
 //!   reset rather than a slow answer.
 //! - An `accept()` error (EMFILE, ENFILE, ENOBUFS...) sleeps 10 ms doubling
 //!   to 1 s, and is logged once per episode, not once per attempt.
+//! - Every response must be written whole within `response_timeout` of its
+//!   request head being read, or its connection is dropped: the header
+//!   timeout covers only the head, and a client that sends `GET /metrics`
+//!   and never reads would otherwise keep its slot and the rendered body
+//!   it pins for as long as it likes (see [`ResponseClock`]).
+//! - At most `max_page_renders` on-call pages (`/`, `/locks/...`) render at
+//!   once; a request over that bound is answered 503 with `Retry-After`
+//!   instead of queueing behind the others (see [`super::respond`]).
 //! - On shutdown the loop stops accepting and closes the listener, idle
 //!   connections are closed, and responses in flight get `drain` to
 //!   finish before `serve` returns.
@@ -18,18 +26,22 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::body::Incoming;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Bytes, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
+use tokio::time::Instant;
 
-use super::respond;
+use super::{respond, RespBody};
 use crate::metrics::ScrapeCache;
 use crate::shared::Shared;
 
@@ -43,16 +55,32 @@ pub struct Config {
     pub max_connections: usize,
     /// How long responses in flight may take to finish on shutdown.
     pub drain: Duration,
+    /// The longest a response may take, from its request head being read
+    /// to its last byte being handed to the socket; past it the connection
+    /// is dropped.
+    pub response_timeout: Duration,
+    /// On-call pages (`/`, `/locks/...`) rendered at once.
+    pub max_page_renders: usize,
 }
 
 impl Config {
     /// The production limits. 256 connections leave room for several
     /// Prometheus replicas and humans; 10 s is Prometheus' default scrape
     /// timeout; 5 s of drain fits in Kubernetes' default 30 s grace period.
+    ///
+    /// 30 s per response is three times Prometheus' default scrape timeout
+    /// (a scraper has hung up long before) and lets even the uncompressed
+    /// 47 MB exposition of 100k objects through at 1.6 MB/s, far below any
+    /// in-cluster link; it bounds how long a reader that stopped reading
+    /// keeps its slot and the body it pins. Four page renders at once are
+    /// plenty for people; each walks the index under its read lock on a
+    /// blocking thread, so more would only queue behind each other.
     pub const DEFAULT: Config = Config {
         header_read_timeout: Duration::from_secs(10),
         max_connections: 256,
         drain: Duration::from_secs(5),
+        response_timeout: Duration::from_secs(30),
+        max_page_renders: 4,
     };
 }
 
@@ -128,9 +156,29 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: watch::
 
 /// [`serve`] with any listener, cache and limits.
 pub async fn serve_with<L: Listener>(
+    listener: L,
+    shared: Arc<Shared>,
+    cache: Arc<ScrapeCache>,
+    config: Config,
+    shutdown: watch::Receiver<bool>,
+) {
+    let pages = page_renders(config);
+    serve_limited(listener, shared, cache, pages, config, shutdown).await;
+}
+
+/// The bound on on-call page renders in flight.
+fn page_renders(config: Config) -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(
+        config.max_page_renders.clamp(1, Semaphore::MAX_PERMITS),
+    ))
+}
+
+/// [`serve_with`] with the page-render bound given (tests watch it).
+async fn serve_limited<L: Listener>(
     mut listener: L,
     shared: Arc<Shared>,
     cache: Arc<ScrapeCache>,
+    pages: Arc<Semaphore>,
     config: Config,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -168,8 +216,9 @@ pub async fn serve_with<L: Listener>(
             tracing::info!(errors, "accept recovered");
         }
         let (shared, cache, shutdown) = (shared.clone(), cache.clone(), shutdown.clone());
+        let pages = pages.clone();
         tokio::spawn(async move {
-            connection(io, shared, cache, config, shutdown).await;
+            connection(io, shared, cache, pages, config, shutdown).await;
             drop(permit);
         });
     }
@@ -192,32 +241,257 @@ async fn connection<I>(
     io: I,
     shared: Arc<Shared>,
     cache: Arc<ScrapeCache>,
+    pages: Arc<Semaphore>,
     config: Config,
     mut shutdown: watch::Receiver<bool>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let svc = service_fn(move |req: Request<Incoming>| {
-        let (shared, cache) = (shared.clone(), cache.clone());
-        async move { Ok::<_, Infallible>(respond(&shared, &cache, &req).await) }
-    });
+    let clock = Arc::new(ResponseClock::new(config.response_timeout));
+    let svc = {
+        let clock = clock.clone();
+        service_fn(move |req: Request<Incoming>| {
+            let (shared, cache, pages) = (shared.clone(), cache.clone(), pages.clone());
+            // The head has been read: from here the response is owed.
+            let guard = clock.start();
+            async move {
+                let r = respond(&shared, &cache, &pages, &req).await;
+                Ok::<_, Infallible>(r.map(|body| Tracked { body, guard }.boxed()))
+            }
+        })
+    };
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout);
+    let io = Watched {
+        io,
+        clock: clock.clone(),
+    };
     let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let result = tokio::select! {
         r = conn.as_mut() => r,
+        () = clock.overdue() => {
+            overdue(config.response_timeout);
+            return;
+        }
         () = stopping(&mut shutdown) => {
             // Closes the connection now if idle, else after the response
-            // in flight; `serve` bounds how long that may take.
+            // in flight; `serve` bounds how long that may take, and the
+            // response deadline still holds.
             conn.as_mut().graceful_shutdown();
-            conn.await
+            tokio::select! {
+                r = conn.as_mut() => r,
+                () = clock.overdue() => {
+                    overdue(config.response_timeout);
+                    return;
+                }
+            }
         }
     };
     if let Err(err) = result {
         tracing::debug!(error = %err, "connection closed with an error");
+    }
+}
+
+/// Dropping the connection future closes the socket; this only says why.
+fn overdue(limit: Duration) {
+    tracing::debug!(
+        response_timeout = ?limit,
+        "response not written within its deadline (a client that does not read); connection dropped"
+    );
+}
+
+/// The response deadline of one connection.
+///
+/// A response is owed from the moment its request head has been read (the
+/// service is called) until hyper has handed its last byte to the socket.
+/// That last moment is seen in two steps, because hyper takes body chunks
+/// into its write buffer before it has written them: first the body is
+/// dropped by hyper (it ended, or hyper does not send one, as for `HEAD`:
+/// [`Tracked`]), then a flush of the socket succeeds (hyper flushes the
+/// socket only once its buffer is empty: [`Watched`]). While anything is
+/// owed, `due` is set; requests pipelined behind a response still being
+/// written share its deadline instead of extending it, so a client cannot
+/// keep a connection busy for ever by asking again.
+#[derive(Debug)]
+struct ResponseClock {
+    limit: Duration,
+    state: Mutex<Owed>,
+    changed: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Owed {
+    /// When everything owed must be written; None while nothing is owed.
+    due: Option<Instant>,
+    /// Responses begun (requests whose head was read).
+    begun: u64,
+    /// Responses whose bodies hyper has dropped.
+    bodies_done: u64,
+}
+
+impl ResponseClock {
+    fn new(limit: Duration) -> Self {
+        ResponseClock {
+            limit,
+            state: Mutex::new(Owed::default()),
+            changed: Notify::new(),
+        }
+    }
+
+    /// Runs `f` on the state; a poisoned lock (a panic elsewhere while
+    /// held, which only this module's short sections could cause) is
+    /// taken over as it is: the counters stay meaningful.
+    fn with<T>(&self, f: impl FnOnce(&mut Owed) -> T) -> T {
+        match self.state.lock() {
+            Ok(mut s) => f(&mut s),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
+        }
+    }
+
+    /// A request head was read: a response is owed.
+    fn start(self: &Arc<Self>) -> BodyGuard {
+        let armed = self.with(|s| {
+            s.begun += 1;
+            if s.due.is_none() {
+                s.due = Some(Instant::now() + self.limit);
+                true
+            } else {
+                false
+            }
+        });
+        if armed {
+            self.changed.notify_waiters();
+        }
+        BodyGuard {
+            clock: self.clone(),
+        }
+    }
+
+    /// The socket was flushed: if every response begun has its body
+    /// handed over, nothing is owed any more.
+    fn flushed(&self) {
+        self.with(|s| {
+            if s.due.is_some() && s.bodies_done == s.begun {
+                s.due = None;
+            }
+        });
+    }
+
+    /// Resolves once a response is still owed past its deadline.
+    async fn overdue(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the state is read: a deadline set in
+            // between still wakes this loop.
+            changed.as_mut().enable();
+            match self.with(|s| s.due) {
+                Some(due) if due <= Instant::now() => return,
+                Some(due) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(due) => {}
+                        () = changed => {}
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+}
+
+/// Held by a response body: when hyper drops the body (ended, or never
+/// sent), the response's bytes are all in hyper's write buffer.
+#[derive(Debug)]
+struct BodyGuard {
+    clock: Arc<ResponseClock>,
+}
+
+impl Drop for BodyGuard {
+    fn drop(&mut self) {
+        self.clock.with(|s| s.bodies_done += 1);
+    }
+}
+
+/// A response body that carries its [`BodyGuard`].
+struct Tracked {
+    body: RespBody,
+    // Only dropped, never read: its drop is the signal.
+    #[allow(dead_code)]
+    guard: BodyGuard,
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The connection's socket, telling the clock when a flush succeeded.
+struct Watched<I> {
+    io: I,
+    clock: Arc<ResponseClock>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    // Forwarded so that hyper keeps writing the cached chunks with
+    // writev instead of copying them into one buffer.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        if let Poll::Ready(Ok(())) = r {
+            self.clock.flushed();
+        }
+        r
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

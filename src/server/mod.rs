@@ -2,7 +2,8 @@
 //!
 //! `/metrics` is answered from the scrape cache (shared bytes, gzip when
 //! asked); `listen` owns the accept loop and its limits: header-read
-//! timeout, connection cap, backoff on accept errors, graceful shutdown.
+//! timeout, response deadline, connection cap, page-render bound, backoff
+//! on accept errors, graceful shutdown.
 
 mod listen;
 
@@ -16,11 +17,13 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, VARY,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE,
+    RETRY_AFTER, VARY,
 };
 use hyper::{Method, Request, Response, StatusCode};
 use std::convert::Infallible;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 
 use crate::health::NotUp;
 use crate::metrics::{render, AcceptEncoding, Body, Format, ScrapeCache};
@@ -158,11 +161,21 @@ fn chunked(status: StatusCode, content_type: &str, body: &Body) -> Response<Resp
     r
 }
 
+/// True for the on-call pages, which walk the index to render.
+fn is_page(method: &Method, path: &str) -> bool {
+    (method == Method::GET || method == Method::HEAD)
+        && (path == "/" || path.starts_with("/locks/"))
+}
+
 /// Answers one request: `/metrics` from the scrape cache, the rest from
-/// [`handle`] off the reactor.
+/// [`handle`] off the reactor. At most `pages`' permits of on-call pages
+/// render at once; past that the answer is 503 with `Retry-After: 1`: a
+/// render queued behind others would hold its connection and a blocking
+/// thread for nothing, and a person reloading a second later is served.
 pub async fn respond(
     shared: &Arc<Shared>,
     cache: &Arc<ScrapeCache>,
+    pages: &Arc<Semaphore>,
     req: &Request<Incoming>,
 ) -> Response<RespBody> {
     let header = |name| {
@@ -202,17 +215,43 @@ pub async fn respond(
             }
         };
     }
+    let permit = if is_page(&method, req.uri().path()) {
+        match pages.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => return busy(),
+        }
+    } else {
+        None
+    };
     let shared = shared.clone();
-    // The status page walks the index: keep it off the reactor threads.
-    let r = tokio::task::spawn_blocking(move || handle(&shared, &method, &path, accept.as_deref()))
-        .await
-        .unwrap_or_else(|_| {
-            reply(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "text/plain; charset=utf-8",
-                "internal error\n",
-            )
-        });
+    // The pages walk the index: keep them off the reactor threads. The
+    // permit lives as long as the render, also when the client hangs up
+    // meanwhile (the blocking task cannot be cancelled).
+    let r = tokio::task::spawn_blocking(move || {
+        let r = handle(&shared, &method, &path, accept.as_deref());
+        drop(permit);
+        r
+    })
+    .await
+    .unwrap_or_else(|_| {
+        reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            "internal error\n",
+        )
+    });
+    boxed(r)
+}
+
+/// The answer to a page request over the render bound.
+fn busy() -> Response<RespBody> {
+    let mut r = reply(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "text/plain; charset=utf-8",
+        "busy: too many pages rendering; retry in a second\n",
+    );
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
     boxed(r)
 }
 

@@ -13,7 +13,16 @@
 //!   and asks for bookmarks; one that delivers nothing for that long plus
 //!   [`Timing::idle_margin`] is restarted (the restart's own request is what
 //!   tells a hung server from one that ignores `timeoutSeconds`);
-//! - every failure counts and backs off (capped, with jitter); a 410 relists.
+//! - every failure counts and backs off (capped, with jitter); a 410 relists;
+//! - an event that cannot be decoded is counted (`decode`) and marks the
+//!   scope for a relist: the change it carried is lost, and with bookmarks
+//!   a watch can resume for ever without listing again, so nothing else
+//!   would repair it. The relist happens when the watch ends, and at the
+//!   latest [`Timing::server_timeout`] after the event;
+//! - two watch starts of a scope are at least [`Timing::watch_min_interval`]
+//!   apart, and a watch that ends cleanly within that interval without
+//!   delivering anything (a proxy that answers 200 and closes) is a
+//!   `transport` failure: counted, backed off, `watch_up` 0.
 
 use std::time::Duration;
 
@@ -21,6 +30,7 @@ use futures::StreamExt;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 
 use crate::health::{ErrorReason, Success};
 use crate::index::{Index, IndexResource};
@@ -49,6 +59,11 @@ pub struct Timing {
     pub backoff_max_config: Duration,
     /// Objects per list page.
     pub page_size: u32,
+    /// The least time from one watch start of a scope to the next. A watch
+    /// that ends cleanly resets the backoff, so without this a server or
+    /// proxy that answers every watch and closes it at once would be asked
+    /// again without pause.
+    pub watch_min_interval: Duration,
 }
 
 impl Timing {
@@ -62,6 +77,7 @@ impl Timing {
         backoff_max: Duration::from_secs(8),
         backoff_max_config: Duration::from_secs(30),
         page_size: 500,
+        watch_min_interval: Duration::from_secs(1),
     };
 }
 
@@ -225,12 +241,20 @@ where
     let mut backoff = Backoff::new(timing);
     let mut version: Option<String> = None;
     let mut synced = false;
+    // When the scope must be listed again because a watch event could not
+    // be decoded (set by `watch`, cleared by a list).
+    let mut relist_by: Option<Instant> = None;
+    let mut last_watch: Option<Instant> = None;
     loop {
+        if relist_by.is_some() {
+            version = None;
+        }
         let rv = match version.take() {
             Some(rv) => rv,
             None => match list(&mut sink, &api, &selectors, timing, &trim).await {
                 Ok(rv) => {
                     synced = true;
+                    relist_by = None;
                     backoff.reset();
                     rv
                 }
@@ -242,7 +266,22 @@ where
                 }
             },
         };
-        match watch(&mut sink, &api, &selectors, timing, &trim, rv).await {
+        // Paced, whatever the last watch did: see `Timing::watch_min_interval`.
+        if let Some(at) = last_watch {
+            tokio::time::sleep_until(at + timing.watch_min_interval).await;
+        }
+        last_watch = Some(Instant::now());
+        match watch(
+            &mut sink,
+            &api,
+            &selectors,
+            timing,
+            &trim,
+            rv,
+            &mut relist_by,
+        )
+        .await
+        {
             WatchEnd::Resume(rv) => {
                 backoff.reset();
                 version = Some(rv);
@@ -267,6 +306,8 @@ enum Failed {
     Timeout(Duration),
     #[error("API error {code}: {message}")]
     Status { code: u16, message: String },
+    #[error("watch closed {0:?} after it opened, before any event or bookmark")]
+    ClosedAtOnce(Duration),
 }
 
 impl Failed {
@@ -275,6 +316,8 @@ impl Failed {
             Failed::Api(e) => reason_of(e),
             Failed::Timeout(_) => ErrorReason::Timeout,
             Failed::Status { code, .. } => ErrorReason::from_status(*code),
+            // The stream gave nothing and ended: to us, a broken stream.
+            Failed::ClosedAtOnce(_) => ErrorReason::Transport,
         }
     }
 }
@@ -339,6 +382,20 @@ enum WatchEnd {
     Failed(Failed, Option<String>),
 }
 
+/// True for an error of one watch line that is not the stream's: the
+/// line was not a watch event. kube-client reports a line that fails to
+/// decode as an event but decodes as a `Status` as `Error::Api` of that
+/// status, and `Status` has only defaulted fields, so any JSON object
+/// does: code 0 is what such a line gives, never what a server sends in
+/// a Status (those come as ERROR events, handled apart).
+fn undecodable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::SerdeError(_) => true,
+        kube::Error::Api(status) => status.code == 0,
+        _ => false,
+    }
+}
+
 async fn watch<K, T, F>(
     sink: &mut Sink<'_, T>,
     api: &Api<K>,
@@ -346,6 +403,7 @@ async fn watch<K, T, F>(
     timing: Timing,
     trim: &F,
     mut rv: String,
+    relist_by: &mut Option<Instant>,
 ) -> WatchEnd
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
@@ -365,10 +423,28 @@ where
         Err(f) => return WatchEnd::Failed(f, Some(rv)),
     };
     sink.success();
+    let opened = Instant::now();
+    // Anything at all (an event, a bookmark, an undecodable line): the
+    // stream carried data, so its end is not a proxy closing at once.
+    let mut delivered = false;
     futures::pin_mut!(stream);
     let idle = timing.server_timeout + timing.idle_margin;
     loop {
-        let item = match tokio::time::timeout(idle, stream.next()).await {
+        // A relist that is due ends the watch even if it keeps streaming
+        // (a server or proxy that ignores `timeoutSeconds`).
+        let wait = match *relist_by {
+            Some(by) => by.saturating_duration_since(Instant::now()).min(idle),
+            None => idle,
+        };
+        let item = match tokio::time::timeout(wait, stream.next()).await {
+            Err(_) if relist_by.is_some_and(|by| by <= Instant::now()) => {
+                tracing::info!(
+                    resource = sink.ingest.resource().as_str(),
+                    scope = sink.ingest.namespace(),
+                    "relisting after an undecodable watch event"
+                );
+                return WatchEnd::Resume(rv);
+            }
             Err(_) => {
                 tracing::debug!(
                     resource = sink.ingest.resource().as_str(),
@@ -376,9 +452,16 @@ where
                 );
                 return WatchEnd::Resume(rv);
             }
-            Ok(None) => return WatchEnd::Resume(rv),
+            Ok(None) => {
+                let lasted = opened.elapsed();
+                if !delivered && lasted < timing.watch_min_interval {
+                    return WatchEnd::Failed(Failed::ClosedAtOnce(lasted), Some(rv));
+                }
+                return WatchEnd::Resume(rv);
+            }
             Ok(Some(item)) => item,
         };
+        delivered = true;
         match item {
             Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
                 if let Some(v) = o.meta().resource_version.clone() {
@@ -406,13 +489,26 @@ where
                 return WatchEnd::Failed(f, Some(rv));
             }
             // One undecodable line loses one change, not the stream: count
-            // it and go on (the next relist repairs the index).
-            Err(e @ kube::Error::SerdeError(_)) => {
+            // it, go on, and mark the scope for a relist, the one thing
+            // that repairs what the lost change would have said (a lost
+            // DELETED is otherwise a ghost for as long as the process
+            // runs). Not at once: the rest of the stream is still good,
+            // and a relist per bad line could list a large scope without
+            // pause; at most one server timeout later, which also bounds
+            // the relists a stream of bad lines can cause.
+            Err(e) if undecodable(&e) => {
                 let resource = sink.ingest.resource();
                 sink.shared
                     .health
                     .count_error(resource, ErrorReason::Decode);
-                tracing::warn!(resource = resource.as_str(), error = %e, "undecodable watch event skipped");
+                let by = *relist_by.get_or_insert_with(|| Instant::now() + timing.server_timeout);
+                tracing::warn!(
+                    resource = resource.as_str(),
+                    scope = sink.ingest.namespace(),
+                    error = %e,
+                    relist_in_seconds = by.saturating_duration_since(Instant::now()).as_secs(),
+                    "undecodable watch event skipped; the scope is relisted when this watch ends"
+                );
             }
             Err(e) => return WatchEnd::Failed(Failed::Api(e), Some(rv)),
         }

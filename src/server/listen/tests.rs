@@ -6,6 +6,7 @@ use std::io::Read as _;
 use std::sync::Mutex;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::net::TcpSocket;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -42,6 +43,7 @@ struct Harness {
     calls: Arc<Mutex<Vec<Instant>>>,
     shared: Arc<Shared>,
     cache: Arc<ScrapeCache>,
+    pages: Arc<Semaphore>,
     stop: watch::Sender<bool>,
     server: JoinHandle<()>,
 }
@@ -57,10 +59,12 @@ impl Harness {
             rx,
             calls: calls.clone(),
         };
-        let server = tokio::spawn(serve_with(
+        let pages = page_renders(config);
+        let server = tokio::spawn(serve_limited(
             fake,
             shared.clone(),
             cache.clone(),
+            pages.clone(),
             config,
             stop_rx,
         ));
@@ -69,6 +73,7 @@ impl Harness {
             calls,
             shared,
             cache,
+            pages,
             stop,
             server,
         }
@@ -92,28 +97,41 @@ impl Harness {
 
 /// One held lock, so that the exposition shows an age.
 fn hold_a_lock(shared: &Shared) {
-    let (ns, name, kind) = ("ns", "web", Kind::TerraformMachine);
-    let suffix = state_suffix(ns, kind, name);
+    hold_locks(shared, 1);
+}
+
+/// `n` held locks (objects `web`, `web-1`, ...): about 1.2 kB of
+/// exposition each.
+fn hold_locks(shared: &Shared, n: usize) {
     let info = r#"{"ID":"id-1","Operation":"OperationTypeApply","Info":"","Who":"alice@laptop","Version":"1.9.0","Created":"2026-09-26T15:53:38.315668626Z","Path":""}"#;
-    let lease = LockLease::new(
-        ns.into(),
-        suffix.clone(),
-        Some("TerraformMachine"),
-        Some(name.into()),
-        "id-1".into(),
-        parse_lock_info(info).map(Some),
-    );
-    let obj = TfObject {
-        kind,
-        name: name.into(),
-        cluster_label: None,
-        jobs: None,
-        cluster: None,
-    };
-    shared.update(|ix, now| {
-        ix.apply((obj.kind, ObjectKey::new(ns, name)), obj, now);
-        ix.apply(ObjectKey::new(ns, lock_lease_name(&suffix)), lease, now)
-    });
+    let (ns, kind) = ("ns", Kind::TerraformMachine);
+    for i in 0..n {
+        let name = if i == 0 {
+            "web".to_string()
+        } else {
+            format!("web-{i}")
+        };
+        let suffix = state_suffix(ns, kind, &name);
+        let lease = LockLease::new(
+            ns.into(),
+            suffix.clone(),
+            Some("TerraformMachine"),
+            Some(name.clone()),
+            "id-1".into(),
+            parse_lock_info(info).map(Some),
+        );
+        let obj = TfObject {
+            kind,
+            name: name.clone(),
+            cluster_label: None,
+            jobs: None,
+            cluster: None,
+        };
+        shared.update(|ix, now| {
+            ix.apply((obj.kind, ObjectKey::new(ns, &name)), obj, now);
+            ix.apply(ObjectKey::new(ns, lock_lease_name(&suffix)), lease, now)
+        });
+    }
 }
 
 /// A response: status line and headers (lower-cased names), and body.
@@ -387,4 +405,205 @@ async fn shutdown_lets_the_response_in_flight_finish_and_closes_idle_connections
         h.tx.send(Ok(tokio::io::duplex(1).0)).is_err(),
         "listener dropped"
     );
+}
+
+/// The Content-Length of the response that `bytes` begin with.
+fn content_length(bytes: &[u8]) -> Option<usize> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&bytes[..end]);
+    head.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .map(|len: usize| len + end + 4)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_client_that_never_reads_is_dropped_at_the_deadline_and_frees_its_slot() {
+    // A short deadline on real sockets; the production 30 s is checked in
+    // virtual time below.
+    let deadline = Duration::from_secs(2);
+    let config = Config {
+        max_connections: 1,
+        response_timeout: deadline,
+        ..Config::DEFAULT
+    };
+    let (shared, _rx) = Shared::new();
+    // About 12 MB of plain exposition: more than the kernel buffers of
+    // both ends hold, so the server's write blocks.
+    hold_locks(&shared, 10_000);
+    let cache = ScrapeCache::new(shared.clone());
+    let Ok(listener) = TcpListener::bind("127.0.0.1:0").await else {
+        panic!("cannot bind a loopback port");
+    };
+    let Ok(addr) = listener.local_addr() else {
+        panic!("no local address");
+    };
+    let (_stop, stop_rx) = watch::channel(false);
+    tokio::spawn(serve_with(listener, shared, cache, config, stop_rx));
+
+    // The client that asks and never reads, with a small receive buffer.
+    let Ok(socket) = TcpSocket::new_v4() else {
+        panic!("no socket");
+    };
+    assert!(socket.set_recv_buffer_size(4096).is_ok());
+    let Ok(mut slow) = socket.connect(addr).await else {
+        panic!("cannot connect");
+    };
+    assert!(slow
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .is_ok());
+    let sent = std::time::Instant::now();
+
+    // With one slot, the next client is served only once the first is gone.
+    let Ok(mut next) = TcpStream::connect(addr).await else {
+        panic!("cannot connect the second client");
+    };
+    let req = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert!(next.write_all(req).await.is_ok());
+    let mut answer = Vec::new();
+    let limit = deadline * 5;
+    let read = tokio::time::timeout(limit, next.read_to_end(&mut answer)).await;
+    assert!(
+        read.is_ok(),
+        "no answer within {limit:?}: the client that never reads still holds the only slot"
+    );
+    let waited = sent.elapsed();
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(
+        waited >= deadline * 9 / 10 && waited < deadline + Duration::from_secs(3),
+        "slot freed after {waited:?}, deadline {deadline:?}"
+    );
+
+    // The slow connection was closed with its body cut: reading now gives
+    // what the kernel had buffered, then the end.
+    let mut got = Vec::new();
+    let drained = tokio::time::timeout(Duration::from_secs(20), slow.read_to_end(&mut got)).await;
+    assert!(drained.is_ok(), "the slow connection is still open");
+    let Some(whole) = content_length(&got) else {
+        panic!(
+            "no response head: {:?}",
+            String::from_utf8_lossy(&got[..got.len().min(200)])
+        );
+    };
+    assert!(
+        got.len() < whole,
+        "the whole response ({whole} bytes) was delivered: the server kept writing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_unread_past_the_default_deadline_is_cut_and_busy_keep_alive_is_not() {
+    let h = Harness::start(Config {
+        max_connections: 2,
+        ..Config::DEFAULT
+    });
+    hold_a_lock(&h.shared);
+    // A 1 KiB pipe, never read: the server's write blocks at once.
+    let mut slow = h.connect_with(1024);
+    let req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert!(slow.write_all(req.as_bytes()).await.is_ok());
+    tokio::time::sleep(Config::DEFAULT.response_timeout + Duration::from_secs(1)).await;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(1), slow.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "not closed by the response deadline");
+    let Some(whole) = content_length(&got) else {
+        panic!("no response head");
+    };
+    assert!(
+        got.len() < whole,
+        "{} of {whole} bytes: read after the deadline, the response still came whole",
+        got.len()
+    );
+    // A keep-alive client that asks every 5 s and reads its answers is
+    // never cut: each response's deadline ends when it is written.
+    let mut busy = h.connect();
+    for i in 0..14 {
+        let Some(r) = get(&mut busy, "/metrics", "").await else {
+            panic!("request {i} of a busy keep-alive connection got no answer");
+        };
+        assert!(r.head.starts_with("HTTP/1.1 200"), "{}", r.head);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    // HEAD sends no body (hyper drops it unread): its deadline ends too.
+    for i in 0..8 {
+        let req = "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert!(busy.write_all(req.as_bytes()).await.is_ok());
+        let Some(r) = read_reply(&mut busy, true).await else {
+            panic!("HEAD {i} got no answer");
+        };
+        assert!(r.head.starts_with("HTTP/1.1 200"), "{}", r.head);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_renders_over_the_bound_get_503_with_retry_after() {
+    let h = Harness::start(Config {
+        max_page_renders: 2,
+        ..Config::DEFAULT
+    });
+    hold_a_lock(&h.shared);
+    // Hold the index's write lock: page renders wait for its read lock.
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (held_tx, held) = std::sync::mpsc::channel::<()>();
+    let shared = h.shared.clone();
+    let holder = std::thread::spawn(move || {
+        shared.write_unrendered(|_, _| {
+            let _ = held_tx.send(());
+            let _ = released.recv();
+        })
+    });
+    assert!(held.recv().is_ok());
+    let mut renders = Vec::new();
+    for _ in 0..2 {
+        let mut io = h.connect();
+        renders.push(tokio::spawn(async move { get(&mut io, "/", "").await }));
+    }
+    // Both renders have their permits (and wait for the lock).
+    let waiting = std::time::Instant::now();
+    while h.pages.available_permits() > 0 {
+        assert!(
+            waiting.elapsed() < Duration::from_secs(5),
+            "the renders did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut third = h.connect();
+    let over = tokio::time::timeout(
+        Duration::from_secs(5),
+        get(&mut third, "/locks/ns/TerraformMachine/web", ""),
+    )
+    .await;
+    let Ok(Some(over)) = over else {
+        panic!("a page over the bound got no answer within 5 s: it queued behind the renders");
+    };
+    assert!(over.head.starts_with("HTTP/1.1 503"), "{}", over.head);
+    assert_eq!(over.header("retry-after"), Some("1"));
+    // What is not a page is not bounded by it.
+    let Some(health) = get(&mut third, "/healthz", "").await else {
+        panic!("no /healthz answer");
+    };
+    assert!(health.head.starts_with("HTTP/1.1 200"), "{}", health.head);
+    // The lock goes: the two renders finish and give their permits back.
+    assert!(release.send(()).is_ok());
+    assert!(holder.join().is_ok());
+    for r in renders {
+        let Ok(Some(reply)) = r.await else {
+            panic!("a render got no answer");
+        };
+        assert!(reply.head.starts_with("HTTP/1.1 200"), "{}", reply.head);
+    }
+    let Some(again) = get(&mut third, "/locks/ns/TerraformMachine/web", "").await else {
+        panic!("no answer after the renders finished");
+    };
+    assert!(again.head.starts_with("HTTP/1.1 200"), "{}", again.head);
+    assert_eq!(h.pages.available_permits(), 2);
 }
