@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod client;
 pub mod core;
 pub mod demo;
 pub mod health;

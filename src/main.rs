@@ -2,7 +2,10 @@
 
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use captf_lock_exporter::cli::{Cli, Command, LogFormat};
+use captf_lock_exporter::client::{self, ApiLink};
 use captf_lock_exporter::shared::Shared;
 use captf_lock_exporter::supervise::{Stopped, Supervisor};
 use captf_lock_exporter::watch::Timing;
@@ -41,14 +44,14 @@ enum StartError {
     #[error("no Kubernetes configuration (pass --kubeconfig, or run in a pod): {0}")]
     Infer(#[source] kube::config::InferConfigError),
     #[error("cannot build the Kubernetes client: {0}")]
-    Client(#[source] kube::Error),
+    Client(#[source] captf_lock_exporter::client::ClientError),
     #[error(transparent)]
     Server(#[from] server::ServerError),
     #[error("{0}; exiting so that the exporter is restarted")]
     Stopped(#[from] Stopped),
 }
 
-async fn client(cli: &Cli) -> Result<kube::Client, StartError> {
+async fn client(cli: &Cli, link: Arc<ApiLink>) -> Result<kube::Client, StartError> {
     let config = match &cli.kubeconfig {
         Some(path) => {
             let shown = path.display().to_string();
@@ -69,12 +72,7 @@ async fn client(cli: &Cli) -> Result<kube::Client, StartError> {
         }
         None => kube::Config::infer().await.map_err(StartError::Infer)?,
     };
-    // The client's own retries of 429/503/504 would hide failures from
-    // watch_up and the error counters: the watchers retry with their own
-    // backoff and count every failed request.
-    let mut config = config;
-    config.default_retry = false;
-    kube::Client::try_from(config).map_err(StartError::Client)
+    client::build(config, link, client::Tuning::DEFAULT).map_err(StartError::Client)
 }
 
 async fn run(cli: Cli) -> Result<(), StartError> {
@@ -83,7 +81,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     let mut tasks = Supervisor::new();
     let client = match cli.command.clone().unwrap_or(Command::Run) {
         Command::Locks(_) | Command::Explain(_) => return Ok(()),
-        Command::Run => client(&cli).await?,
+        Command::Run => client(&cli, shared.api.clone()).await?,
         Command::Demo => {
             let (client, simulation) = demo::start();
             tasks.spawn("demo simulation", simulation);
@@ -135,7 +133,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
 async fn oncall_command(cli: &Cli) -> ExitCode {
     use captf_lock_exporter::cli::OutputFormat;
     use captf_lock_exporter::oncall::{self, render::Output, EXIT_ERROR};
-    let client = match client(cli).await {
+    let client = match client(cli, Arc::new(ApiLink::new())).await {
         Ok(c) => c,
         Err(err) => {
             eprintln!("captf-lock-exporter: {err}");

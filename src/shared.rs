@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use tokio::sync::mpsc;
 
+use crate::client::ApiLink;
 use crate::health::Health;
 use crate::index::{ClassChange, Effects, Index, ObjectKey};
 
@@ -24,6 +25,9 @@ pub struct Shared {
     pub health: Health,
     /// Holder pods to confirm with a live read.
     pub confirm_tx: mpsc::UnboundedSender<ObjectKey>,
+    /// What the API server's answers taught about the connection
+    /// (Retry-After, a pool to drop after a timeout).
+    pub api: Arc<ApiLink>,
     /// The version reported by build_info.
     pub version: &'static str,
 }
@@ -37,6 +41,7 @@ impl Shared {
             generation: AtomicU64::new(0),
             health: Health::new(),
             confirm_tx,
+            api: Arc::new(ApiLink::new()),
             version: env!("CARGO_PKG_VERSION"),
         };
         (Arc::new(shared), confirm_rx)

@@ -19,6 +19,17 @@ use crate::watch::trim::PodObject;
 /// Reads a pod once, uncached: `GET pods/<name>` (also used by the
 /// one-shot commands).
 pub async fn read_pod(client: &Client, namespace: &str, name: &str) -> PodRead {
+    read_pod_on(client, None, namespace, name).await
+}
+
+/// [`read_pod`], dropping `link`'s pooled connections when the read times
+/// out (the connection that did not answer may be half-open).
+pub async fn read_pod_on(
+    client: &Client,
+    link: Option<&crate::client::ApiLink>,
+    namespace: &str,
+    name: &str,
+) -> PodRead {
     // The name comes from lock-info: only a DNS-1123 name goes into a path
     // (kube pastes it unescaped, so `/` or `?` would steer the request).
     // What CAPTF's own read of any other name gives is known without one.
@@ -34,6 +45,9 @@ pub async fn read_pod(client: &Client, namespace: &str, name: &str) -> PodRead {
         Ok(r) => r,
         Err(_) => {
             tracing::debug!(namespace, pod = name, "live pod read timed out");
+            if let Some(link) = link {
+                link.reset_connections();
+            }
             return PodRead::Failed;
         }
     };
@@ -157,6 +171,10 @@ pub async fn run(
             permit = permits.clone().acquire_owned(), if has_waiting => {
                 let Ok(permit) = permit else { return };
                 pace.tick().await;
+                // The API server asked to wait (429/503 with Retry-After).
+                if let Some(wait) = shared.api.retry_after_remaining() {
+                    tokio::time::sleep(wait).await;
+                }
                 let Some(pod) = lock_queue(&queue).start_next() else { continue };
                 // The ticket is taken before the request goes out: a cache
                 // change from here on makes its answer too old to record.
@@ -169,7 +187,8 @@ pub async fn run(
                 };
                 let (shared, client, queue) = (shared.clone(), client.clone(), queue.clone());
                 tokio::spawn(async move {
-                    let read = read_pod(&client, &pod.namespace, &pod.name).await;
+                    let read =
+                        read_pod_on(&client, Some(&shared.api), &pod.namespace, &pod.name).await;
                     shared.health.on_pod_read(match read {
                         PodRead::Live | PodRead::Finished => ReadResult::Found,
                         PodRead::Gone => ReadResult::NotFound,

@@ -136,12 +136,12 @@ impl Backoff {
     }
 
     /// The pause before the next attempt: min * 2^failures, capped, then
-    /// 80..100 % of that so watches that failed together spread out.
+    /// 80..100 % of that so watches that failed together spread out. A
+    /// 401 backs off as a transient failure: a rotated token is fixed by
+    /// the next read of the token file, not by a person.
     fn next(&mut self, reason: ErrorReason) -> Duration {
         let cap = match reason {
-            ErrorReason::NotFound | ErrorReason::Forbidden | ErrorReason::Unauthorized => {
-                self.timing.backoff_max_config
-            }
+            ErrorReason::NotFound | ErrorReason::Forbidden => self.timing.backoff_max_config,
             _ => self.timing.backoff_max,
         };
         let exp = self.failures.min(16);
@@ -261,7 +261,7 @@ where
                 Err(Failed::Api(err)) if !synced && give_up(&err) => return Exit::GaveUp(err),
                 Err(f) => {
                     sink.failure(f.reason(), "list", &f);
-                    tokio::time::sleep(backoff.next(f.reason())).await;
+                    pause(shared, &mut backoff, f.reason()).await;
                     continue;
                 }
             },
@@ -291,10 +291,27 @@ where
                 if f.reason() != ErrorReason::Gone {
                     version = resume;
                 }
-                tokio::time::sleep(backoff.next(f.reason())).await;
+                pause(shared, &mut backoff, f.reason()).await;
             }
         }
     }
+}
+
+/// Waits before the next attempt after a failure of `reason`: the
+/// backoff, or longer when the API server asked for it (Retry-After on a
+/// 429 or 503, capped). A timeout first drops the pooled connections: the
+/// one that did not answer may be half-open, and the next try must dial.
+async fn pause(shared: &Shared, backoff: &mut Backoff, reason: ErrorReason) {
+    if reason == ErrorReason::Timeout {
+        shared.api.reset_connections();
+    }
+    let mut wait = backoff.next(reason);
+    if matches!(reason, ErrorReason::Throttled | ErrorReason::ServerError) {
+        if let Some(asked) = shared.api.retry_after_remaining() {
+            wait = wait.max(asked);
+        }
+    }
+    tokio::time::sleep(wait).await;
 }
 
 /// A failed request.
@@ -450,6 +467,9 @@ where
                     resource = sink.ingest.resource().as_str(),
                     "watch silent past its server timeout; restarting it"
                 );
+                // The server should have closed it: its connection may be
+                // half-open, so the restart must not queue on it.
+                sink.shared.api.reset_connections();
                 return WatchEnd::Resume(rv);
             }
             Ok(None) => {

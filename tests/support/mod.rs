@@ -74,6 +74,8 @@ pub enum Reply {
     WatchBroken(Vec<Value>),
     /// No answer at all: the request hangs (a hung API server).
     Hang,
+    /// JSON with extra response headers (Retry-After).
+    JsonWith(u16, Value, Vec<(&'static str, String)>),
 }
 
 pub type BodyError = std::io::Error;
@@ -129,6 +131,20 @@ impl FakeApi {
                         .boxed(),
                 )
                 .unwrap(),
+            Reply::JsonWith(code, v, headers) => {
+                let mut b = Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json");
+                for (k, val) in headers {
+                    b = b.header(k, val);
+                }
+                b.body(
+                    Full::new(Bytes::from(v.to_string()))
+                        .map_err(|never| match never {})
+                        .boxed(),
+                )
+                .unwrap()
+            }
             Reply::Watch(events, hang) => self.watch_response(events, hang, false),
             Reply::WatchBroken(events) => self.watch_response(events, false, true),
         })
@@ -158,6 +174,22 @@ impl FakeApi {
             .header("content-type", "application/json")
             .body(BodyExt::boxed(StreamBody::new(tokio_stream(rx))))
             .unwrap()
+    }
+
+    /// A client whose answers pass through the exporter's answer-reading
+    /// layer (Retry-After, 401), as the production client's do.
+    pub fn client_observed(&self, link: Arc<captf_lock_exporter::client::ApiLink>) -> kube::Client {
+        let me = self.clone();
+        let svc = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let resp = me.handle(req);
+            async move {
+                match resp {
+                    Some(resp) => Ok::<_, Infallible>(resp),
+                    None => std::future::pending().await,
+                }
+            }
+        });
+        kube::Client::new(captf_lock_exporter::client::observe(svc, link), "default")
     }
 
     pub fn client(&self) -> kube::Client {
