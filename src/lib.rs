@@ -13,6 +13,7 @@ pub mod cli;
 pub mod client;
 pub mod core;
 pub mod demo;
+pub mod fuzzing;
 pub mod health;
 pub mod index;
 pub mod metrics;

@@ -206,7 +206,10 @@ async fn a_rotated_token_file_is_used_at_once_and_trimmed() {
     let refused_at_switch = auth.refused.load(Ordering::SeqCst);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while auth.refused.load(Ordering::SeqCst) == refused_at_switch {
-        assert!(std::time::Instant::now() < deadline, "no request met the revoked token");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no request met the revoked token"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     *auth.served_after_switch.lock().unwrap() = None;
@@ -233,13 +236,22 @@ async fn a_rotated_token_file_is_used_at_once_and_trimmed() {
     // Within the watchers' first backoff after a 401 (1 s, jittered).
     assert!(took < Duration::from_secs(5), "{took:?}");
     // Only requests already sent with the old token when the file changed.
-    assert!(refused <= 8, "{refused} requests refused after the rotation");
+    assert!(
+        refused <= 8,
+        "{refused} requests refused after the rotation"
+    );
     let text = scrape(&shared);
     let unauthorized: f64 = text
         .lines()
-        .filter(|l| l.starts_with("captf_lock_exporter_watch_errors_total{") && l.contains("reason=\"unauthorized\""))
+        .filter(|l| {
+            l.starts_with("captf_lock_exporter_watch_errors_total{")
+                && l.contains("reason=\"unauthorized\"")
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    assert!(unauthorized >= 1.0, "a 401 counts with its own reason:\n{text}");
+    assert!(
+        unauthorized >= 1.0,
+        "a 401 counts with its own reason:\n{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
