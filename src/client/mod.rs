@@ -40,7 +40,10 @@ use token::{TokenError, TokenFile};
 /// Connection settings (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tuning {
-    /// Longest a TCP connect may take.
+    /// Longest a new connection may take, TCP connect and TLS handshake
+    /// together: a server that accepts connections but never answers (a
+    /// hung API server behind a load balancer) fails the dial, not the
+    /// request's whole time limit.
     pub connect_timeout: Duration,
     /// Idle time before the first TCP keepalive probe.
     pub tcp_keepalive: Duration,
@@ -86,7 +89,7 @@ pub enum ClientError {
     ServerName(String),
 }
 
-type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+type Connector = hyper_timeout::TimeoutConnector<hyper_rustls::HttpsConnector<HttpConnector>>;
 type Pool = hyper_util::client::legacy::Client<Connector, Body>;
 
 /// Builds kube's `Client` on this module's HTTP stack.
@@ -154,7 +157,6 @@ fn connector(config: &kube::Config, tuning: Tuning) -> Result<Connector, ClientE
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
-    http.set_connect_timeout(Some(tuning.connect_timeout));
     http.set_keepalive(Some(tuning.tcp_keepalive));
     http.set_keepalive_interval(Some(tuning.tcp_keepalive_interval));
     http.set_keepalive_retries(Some(tuning.tcp_keepalive_retries));
@@ -171,7 +173,10 @@ fn connector(config: &kube::Config, tuning: Tuning) -> Result<Connector, ClientE
         None => builder,
     };
     // h2 and http/1.1 offered by ALPN; plain http stays HTTP/1.1.
-    Ok(builder.enable_all_versions().wrap_connector(http))
+    let https = builder.enable_all_versions().wrap_connector(http);
+    let mut timed = hyper_timeout::TimeoutConnector::new(https);
+    timed.set_connect_timeout(Some(tuning.connect_timeout));
+    Ok(timed)
 }
 
 /// The connection pool, replaceable as a whole (see

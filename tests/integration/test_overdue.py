@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from pykit.builders import lock_lease, now_utc, runner_pod_name, terraform_object
-from pykit.exporter import E, Exporter, wait_samples
+from pykit.exporter import E, PRESENT, Exporter, wait_samples
 from pykit.kube import KubeEmulator
 
 NS = "team-a"
@@ -26,7 +26,7 @@ def test_overdue_against_effective_timeout(kube: KubeEmulator, exporter: Exporte
         "old-stale": None,                         # own_stale is never overdue
         "long-timeout-old": {"lockTimeoutSeconds": 3600},    # 2 h > 1 h -> overdue
         "long-timeout-young": {"lockTimeoutSeconds": 3600},  # 30 min < 1 h -> not overdue
-        "future": None,                            # Created in the future: age 0
+        "future": None,                            # Created an hour ahead (a fast clock): age since first seen
     }
     for n, jobs in objs.items():
         kube.create(terraform_object(M, NS, n, jobs=jobs))
@@ -47,8 +47,11 @@ def test_overdue_against_effective_timeout(kube: KubeEmulator, exporter: Exporte
         overdue("long-timeout-old", "foreign", 1),
         overdue("long-timeout-young", "foreign", 0),
         overdue("future", "foreign", 0),
-        E("captf_state_lock_age_seconds", 0, namespace=NS, kind=M, name="future", age_source="lock_info"),
+        E("captf_state_lock_age_seconds", PRESENT, namespace=NS, kind=M, name="future", age_source="observed"),
     ], 20, "overdue flags")
+    # A foreign lock's age is at least the time it has been seen (docs/contract.md section 4).
+    future_age = m.get("captf_state_lock_age_seconds", namespace=NS, kind=M, name="future", age_source="observed")
+    assert future_age is not None and 0 <= future_age < 60, future_age
     age = m.get("captf_state_lock_age_seconds", namespace=NS, kind=M, name="old-foreign")
     assert age is not None and 7200 - 5 <= age <= 7200 + 120, age
 
