@@ -20,12 +20,13 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from pykit.diagnostics import on_failure
 from pykit.exporter import exporter_bin
+from pykit.kube import ALL_RESOURCES
 from stack import Clock, Flavor, Stack, prom3_paths
 
 pytest_plugins = ("pykit.pytest_hooks",)
@@ -67,6 +68,14 @@ def tools(flavor: Flavor) -> dict[str, str]:
         pytest.fail(f"exporter binary {exp} missing: run `cargo build` in /work/main or set EXPORTER_BIN")
     found["exporter"] = exp
     return found
+
+
+@pytest.fixture
+def kube_api() -> Callable[[Stack], Any]:
+    """How the stack gets its Kubernetes API: by default kmock's emulator with every resource the
+    exporter watches. A real API server replaces only this fixture: return a function that calls
+    ``stack.use_kube(api, kubeconfig)`` with a handle offering create/patch/release_lock."""
+    return lambda stack: stack.start_kube(ALL_RESOURCES)
 
 
 @pytest.fixture

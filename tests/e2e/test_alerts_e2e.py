@@ -98,7 +98,7 @@ def lock_patch(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, tools: dict[str, str],
-                                   tmp_path: Path) -> None:
+                                   kube_api: Any, tmp_path: Path) -> None:
     log = clock.log
     notes: list[str] = []  # what real Prometheus did that promtool does not show
     summary: list[str] = []
@@ -110,7 +110,7 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
     assert (prom_major >= 3) == (flavor.id == "prom3"), versions
 
     # ---- 1. emulator with the objects that exist before the exporter starts -----------------
-    kube = stack.start_kube(ALL_RESOURCES)
+    kube = kube_api(stack)
     kube.create(terraform_object(C, NS_A, "prod", defaults_jobs={"lockTimeoutSeconds": 600,
                                                                  "activeDeadlineSeconds": 1800}))
     kube.create(capi_cluster(NS_A, "prod", "prod"))
@@ -487,6 +487,9 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
     print("real Prometheus vs promtool's model:")
     for n in notes:
         print("  - " + n)
+    print("peak RSS (VmHWM): " + ", ".join(f"{p.name} {_peak_rss_mib(p.pid):.0f} MiB"
+                                           for p in (stack.prometheus, stack.alertmanager, *exporters)
+                                           if p is not None and p.pid is not None))
     print("rules: shipped file unchanged for", A_OVERDUE, "and", A_FORCE, "; test copy for",
           ", ".join(f"{a} (for {o} -> {n})" for a, (o, n) in changed.items()))
     print("=====================================================")
@@ -587,3 +590,14 @@ def _scrape_format(stack: Stack, flavor: Flavor, version: str, major: int, warns
         notes.append(f"Prometheus {version} log at debug ({debug_lines} debug lines): no fallback, "
                      f"content-type, warn or error line")
     return notes
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """A running process's peak resident set (VmHWM), in MiB (NaN when it cannot be read)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
