@@ -76,10 +76,6 @@ class Flavor:
             raise AssertionError(f"{binary} --version: rc {out.returncode}: {out.stdout}{out.stderr}")
         return m.group(1)
 
-    @property
-    def prom_major(self) -> int:
-        return int(self.version(self.prometheus).split(".")[0])
-
 
 def prom3_paths() -> dict[str, str]:
     """The Prometheus 3 / Alertmanager binaries: $PROM3_PROMETHEUS, $PROM3_PROMTOOL,
