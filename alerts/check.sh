@@ -10,13 +10,15 @@
 # Exits non-zero when any step fails. Needs promtool, yamllint and python3
 # with PyYAML (Debian: prometheus, yamllint; yamllint pulls python3-yaml):
 #   apt-get update && apt-get install -y --no-install-recommends prometheus yamllint
+# PROMTOOL=<path> runs another promtool (scripts/test.sh e2e3: Prometheus 3's).
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
 install_hint='apt-get update && apt-get install -y --no-install-recommends prometheus yamllint'
+promtool="${PROMTOOL:-promtool}"
 
-for tool in promtool yamllint python3; do
+for tool in "$promtool" yamllint python3; do
   if ! command -v "$tool" >/dev/null 2>&1; then
     echo "alerts/check.sh: $tool not found; install with: $install_hint" >&2
     exit 2
@@ -46,9 +48,10 @@ step() {
 }
 
 cd "$here" || exit 1
-step "promtool check rules" promtool check rules --lint=all --lint-fatal "${rule_files[@]}"
+echo "promtool: $("$promtool" --version 2>&1 | head -1)"
+step "promtool check rules" "$promtool" check rules --lint=all --lint-fatal "${rule_files[@]}"
 for t in "${test_files[@]}"; do
-  step "promtool test rules ${t#"$repo"/}" promtool test rules "$t"
+  step "promtool test rules ${t#"$repo"/}" "$promtool" test rules "$t"
 done
 step "yamllint" yamllint --strict -c "$here/.yamllint" "$here"
 step "rules, tests and runbook agree" python3 - "$repo" "${rule_files[@]}" -- "${test_files[@]}" <<'PY'

@@ -1,8 +1,16 @@
 """Fixtures of the end-to-end test: the stack (emulator, exporter, webhook, Alertmanager,
 Prometheus), torn down by PID whatever happens, and the logs of every process on failure.
 
+The test runs once per stack flavour (pytest ids ``prom2`` and ``prom3``; select with ``-k``):
+  prom2 -- Debian's Prometheus 2.42, promtool, Alertmanager 0.25 (apt), one exporter replica;
+  prom3 -- Prometheus 3 and Alertmanager built from Go modules by tools/prometheus3/build.sh,
+           two exporter replicas (the second scraped through a recording pass-through).
+
 Environment:
   EXPORTER_BIN  -- path of the exporter binary (default /work/main/target/debug/captf-lock-exporter).
+  PROM3_PROMETHEUS, PROM3_PROMTOOL, PROM3_ALERTMANAGER, PROM3_AMTOOL -- the prom3 binaries
+                   (default: the version-keyed cache tools/prometheus3/build.sh fills; the test
+                   never builds them itself, and fails when they are missing).
 The shared pieces are in tests/pykit (pytest.ini puts tests/ on sys.path); failure reports come from
 its pytest plugin, pykit.pytest_hooks (sources registered with pykit.diagnostics.on_failure).
 """
@@ -12,29 +20,49 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from pykit.diagnostics import on_failure
 from pykit.exporter import exporter_bin
-from stack import Clock, Stack
+from pykit.kube import ALL_RESOURCES
+from stack import Clock, Flavor, Stack, prom3_paths
 
 pytest_plugins = ("pykit.pytest_hooks",)
 
 LOG_TAIL_LINES = 150
 
 
+@pytest.fixture(params=["prom2", "prom3"])
+def flavor(request: pytest.FixtureRequest) -> Flavor:
+    """The stack under test; a missing binary is an error that says how to get it."""
+    if request.param == "prom2":
+        found = {}
+        for name, pkg in (("prometheus", "prometheus"), ("promtool", "prometheus"),
+                          ("prometheus-alertmanager", "prometheus-alertmanager")):
+            path = shutil.which(name)
+            if path is None:
+                pytest.fail(f"{name} not found: apt-get install -y --no-install-recommends {pkg}")
+            found[name] = path
+        return Flavor("prom2", found["prometheus"], found["promtool"], found["prometheus-alertmanager"],
+                      None, replicas=1, prom_log_level="info", tap=False)
+    try:
+        p = prom3_paths()
+    except FileNotFoundError as e:
+        pytest.fail(str(e))
+    for k, v in p.items():
+        if not os.access(v, os.X_OK):
+            pytest.fail(f"{k}={v} is not an executable (build with tools/prometheus3/build.sh)")
+    return Flavor("prom3", p["PROM3_PROMETHEUS"], p["PROM3_PROMTOOL"], p["PROM3_ALERTMANAGER"],
+                  p["PROM3_AMTOOL"], replicas=2, prom_log_level="debug", tap=True)
+
+
 @pytest.fixture
-def tools() -> dict[str, str]:
-    """The real binaries; a missing one is an error that says how to install it."""
-    found = {}
-    for name, pkg in (("prometheus", "prometheus"), ("promtool", "prometheus"),
-                      ("prometheus-alertmanager", "prometheus-alertmanager")):
-        path = shutil.which(name)
-        if path is None:
-            pytest.fail(f"{name} not found: apt-get install -y --no-install-recommends {pkg}")
-        found[name] = path
+def tools(flavor: Flavor) -> dict[str, str]:
+    """The real binaries of this flavour (keys as the Debian names) and the exporter."""
+    found = {"prometheus": flavor.prometheus, "promtool": flavor.promtool,
+             "prometheus-alertmanager": flavor.alertmanager}
     exp = exporter_bin()
     if not os.access(exp, os.X_OK):
         pytest.fail(f"exporter binary {exp} missing: run `cargo build` in /work/main or set EXPORTER_BIN")
@@ -43,13 +71,21 @@ def tools() -> dict[str, str]:
 
 
 @pytest.fixture
+def kube_api() -> Callable[[Stack], Any]:
+    """How the stack gets its Kubernetes API: by default kmock's emulator with every resource the
+    exporter watches. A real API server replaces only this fixture: return a function that calls
+    ``stack.use_kube(api, kubeconfig)`` with a handle offering create/patch/release_lock."""
+    return lambda stack: stack.start_kube(ALL_RESOURCES)
+
+
+@pytest.fixture
 def clock() -> Clock:
     return Clock()
 
 
 @pytest.fixture
-def stack(tmp_path: Path, clock: Clock, request: pytest.FixtureRequest) -> Iterator[Stack]:
-    s = Stack(tmp_path, clock)
+def stack(tmp_path: Path, clock: Clock, flavor: Flavor, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    s = Stack(tmp_path, clock, flavor)
     on_failure(request.node, lambda: s.failure_report(LOG_TAIL_LINES))
     try:
         yield s

@@ -1,4 +1,8 @@
-"""End-to-end stack: real Prometheus 2.42 and Alertmanager 0.25 around the real exporter.
+"""End-to-end stack: real Prometheus and Alertmanager around the real exporter (one or more replicas).
+
+Two stacks (``Flavor``, chosen by tests/e2e/conftest.py): Debian's Prometheus 2.42 + Alertmanager
+0.25 with one exporter replica, and Prometheus 3 + a current Alertmanager built from Go modules
+(tools/prometheus3/build.sh) with two replicas, one of them scraped through a ``ScrapeTap``.
 
 Builds on the shared test kit (tests/pykit): the kmock emulator, object builders, the ``Exporter``
 wrapper, ``ManagedProcess``, the Prometheus/Alertmanager launchers, ``PromAPI`` and ``wait_for``
@@ -8,6 +12,9 @@ come from there.  Added here:
 * ``derive_short_for_rules`` -- the test copy of the shipped rules with shorter ``for:``
                          (programmatic, from the shipped file; everything but ``for`` proven equal).
 * ``Clock``           -- deadline-polled waits that print how long each one took.
+* ``Flavor``          -- which Prometheus/promtool/Alertmanager binaries, how many exporter replicas.
+* ``ScrapeTap``       -- a byte-for-byte pass-through in front of one replica that records what
+                         Prometheus asked for (Accept) and what the exporter answered (Content-Type).
 * ``Stack``           -- every process of one run; the exporter runs with ``--log-level info``
                          (the integration suite runs debug; E2E_EXPORTER_LOG_LEVEL overrides it);
                          ``check_dashboards`` runs every dashboard query against its Prometheus.
@@ -17,10 +24,12 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import http.client
 import http.server
 import json
 import os
 import re
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,7 +46,141 @@ from pykit.net import WaitTimeout, wait_for
 from pykit.prometheus import PromAPI, Server, dashboard_queries, start_alertmanager, start_prometheus
 
 SHIPPED_RULES = REPO / "alerts" / "captf-lock-exporter.rules.yaml"
+PROM3_BUILD = REPO / "tools" / "prometheus3" / "build.sh"
 DASHBOARDS = REPO / "dashboards"
+
+
+# --------------------------------------------------------------------------------------------
+# Which binaries: the stack flavours
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One Prometheus + Alertmanager pair and how the exporter is run around it."""
+
+    id: str
+    prometheus: str
+    promtool: str
+    alertmanager: str
+    amtool: str | None
+    replicas: int            # exporter replicas, every one a scrape target of the same job
+    prom_log_level: str      # 3.x logs "using fallback setting" for a content type only at debug
+    tap: bool                # scrape the last replica through a ScrapeTap
+
+    def version(self, binary: str) -> str:
+        """``X.Y.Z`` from ``<binary> --version`` (prometheus, alertmanager, promtool, amtool)."""
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+        m = re.search(r"version (\d+\.\d+\.\d+)", out.stdout + out.stderr)
+        if out.returncode != 0 or not m:
+            raise AssertionError(f"{binary} --version: rc {out.returncode}: {out.stdout}{out.stderr}")
+        return m.group(1)
+
+
+def prom3_paths() -> dict[str, str]:
+    """The Prometheus 3 / Alertmanager binaries: $PROM3_PROMETHEUS, $PROM3_PROMTOOL,
+    $PROM3_ALERTMANAGER, $PROM3_AMTOOL, else the version-keyed cache that
+    tools/prometheus3/build.sh fills (asked with --print-env, which builds nothing)."""
+    keys = ("PROM3_PROMETHEUS", "PROM3_PROMTOOL", "PROM3_ALERTMANAGER", "PROM3_AMTOOL")
+    if all(os.environ.get(k) for k in keys):
+        return {k: os.environ[k] for k in keys}
+    out = subprocess.run(["bash", str(PROM3_BUILD), "--print-env"], capture_output=True, text=True,
+                         timeout=120)
+    if out.returncode != 0:
+        raise FileNotFoundError(f"Prometheus 3 binaries not built: run {PROM3_BUILD.relative_to(REPO)} "
+                                f"(or set {', '.join(keys)}):\n{out.stdout}{out.stderr}")
+    env = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+    return {k: os.environ.get(k) or env[k] for k in keys}
+
+
+# --------------------------------------------------------------------------------------------
+# Scrape tap: what Prometheus asked for, what the exporter answered
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TappedScrape:
+    path: str
+    accept: str
+    accept_encoding: str
+    user_agent: str
+    status: int
+    content_type: str
+    content_encoding: str
+    body_bytes: int
+
+
+class ScrapeTap:
+    """An HTTP pass-through on 127.0.0.1 in front of one exporter replica: every GET is forwarded
+    with Prometheus' own request headers, and the exporter's status, headers and body are returned
+    unchanged (byte for byte, compressed or not). Each exchange is recorded."""
+
+    FORWARD = ("Accept", "Accept-Encoding", "User-Agent", "X-Prometheus-Scrape-Timeout-Seconds")
+    RETURN = ("Content-Type", "Content-Encoding", "Content-Length")
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.scrapes: list[TappedScrape] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "ScrapeTap":
+        tap = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                headers = {h: self.headers[h] for h in tap.FORWARD if self.headers.get(h) is not None}
+                try:
+                    conn = http.client.HTTPConnection("127.0.0.1", tap.upstream_port, timeout=10)
+                    conn.request("GET", self.path, headers=headers)
+                    resp = conn.getresponse()
+                    body = resp.read()
+                    conn.close()
+                except OSError as e:
+                    with tap._lock:
+                        tap.errors.append(f"GET {self.path}: {e!r}")
+                    self.send_error(502)
+                    return
+                with tap._lock:
+                    tap.scrapes.append(TappedScrape(
+                        self.path, headers.get("Accept", ""), headers.get("Accept-Encoding", ""),
+                        headers.get("User-Agent", ""), resp.status, resp.getheader("Content-Type", ""),
+                        resp.getheader("Content-Encoding", ""), len(body)))
+                self.send_response(resp.status)
+                for h in tap.RETURN:
+                    if h != "Content-Length" and resp.getheader(h) is not None:
+                        self.send_header(h, resp.getheader(h))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="scrape-tap", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.server_address[1]
+
+    def recorded(self) -> list[TappedScrape]:
+        with self._lock:
+            return list(self.scrapes)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(10)
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,13 +411,22 @@ def stop_all(items: Iterable[Any]) -> list[str]:
 
 
 class Stack:
-    """Every process and server of one end-to-end run; ``stop()`` ends them all by PID."""
+    """Every process and server of one end-to-end run; ``stop()`` ends them all by PID.
 
-    def __init__(self, tmp: Path, clock: Clock):
+    The Kubernetes API is a parameter: ``start_kube`` starts kmock's emulator (what the scenario
+    writes through: ``create``, ``patch``, ``release_lock``; ``watchers``/``exporter_requests``
+    for diagnostics), or ``use_kube(api, kubeconfig)`` takes any object with those write methods
+    and a kubeconfig the exporter replicas read (a real kube-apiserver's, for instance).
+    """
+
+    def __init__(self, tmp: Path, clock: Clock, flavor: Flavor | None = None):
         self.tmp = tmp
         self.clock = clock
-        self.kube: KubeEmulator | None = None
-        self.exporter: Exporter | None = None
+        self.flavor = flavor
+        self.kube: Any = None
+        self.kubeconfig: Path | None = None
+        self.exporters: list[Exporter] = []
+        self.tap: ScrapeTap | None = None
         self.webhook: WebhookReceiver | None = None
         self.alertmanager: Server | None = None
         self.prometheus: Server | None = None
@@ -282,38 +434,71 @@ class Stack:
         self.am_url = ""
         self.prom_url = ""
 
+    @property
+    def exporter(self) -> Exporter | None:
+        """The first replica (the only one in a one-replica run)."""
+        return self.exporters[0] if self.exporters else None
+
     # -- starts -----------------------------------------------------------------------------
 
     def start_kube(self, resources: Iterable[str]) -> KubeEmulator:
         self.kube = KubeEmulator(tuple(resources)).start()
+        self.kubeconfig = write_kubeconfig(self.tmp / "kubeconfig", self.kube.url)
         self.clock.log(f"kmock emulator on {self.kube.url}")
         return self.kube
 
-    def start_exporter(self, binary: str) -> Exporter:
-        assert self.kube is not None
-        kubeconfig = write_kubeconfig(self.tmp / "kubeconfig", self.kube.url)
-        self.exporter = Exporter(binary, kubeconfig, self.tmp / "exporter.log",
-                                 log_level=os.environ.get("E2E_EXPORTER_LOG_LEVEL", "info"))
-        self.exporter.start()
-        self.clock.guards.append(self.exporter.check_alive)
-        self.clock.log(f"exporter pid {self.exporter.pid} on {self.exporter.url}")
-        return self.exporter
+    def use_kube(self, api: Any, kubeconfig: Path) -> Any:
+        """An API server started elsewhere: ``api`` is what the scenario writes through, the
+        exporter replicas read ``kubeconfig``.  ``stop()`` stops ``api`` if it has ``stop``."""
+        self.kube, self.kubeconfig = api, kubeconfig
+        self.clock.log(f"Kubernetes API from {kubeconfig}")
+        return api
+
+    def start_exporter(self, binary: str, replicas: int = 1) -> Exporter:
+        """``replicas`` exporter processes on the same API server (each its own port and log,
+        ``exporter-N.log``); with ``flavor.tap`` the last one is scraped through a ScrapeTap."""
+        assert self.kube is not None and self.kubeconfig is not None
+        level = os.environ.get("E2E_EXPORTER_LOG_LEVEL", "info")
+        for i in range(1, replicas + 1):
+            log_path = self.tmp / ("exporter.log" if replicas == 1 else f"exporter-{i}.log")
+            e = Exporter(binary, self.kubeconfig, log_path, log_level=level)
+            if replicas > 1:
+                e.name = f"exporter-{i}"
+            e.start()
+            self.exporters.append(e)
+            self.clock.guards.append(e.check_alive)
+            self.clock.log(f"{e.name} pid {e.pid} on {e.url}")
+        if self.flavor is not None and self.flavor.tap and replicas > 1:
+            self.tap = ScrapeTap(self.exporters[-1].port).start()
+            self.clock.log(f"scrape tap on 127.0.0.1:{self.tap.port} -> {self.exporters[-1].name}")
+        return self.exporters[0]
+
+    def scrape_targets(self) -> list[str]:
+        """host:port of every replica as Prometheus scrapes it (the tap's for the tapped one)."""
+        targets = [f"127.0.0.1:{e.port}" for e in self.exporters]
+        if self.tap is not None:
+            targets[-1] = f"127.0.0.1:{self.tap.port}"
+        return targets
 
     def start_webhook(self) -> WebhookReceiver:
         self.webhook = WebhookReceiver().start()
         self.clock.log(f"webhook receiver on {self.webhook.url}")
         return self.webhook
 
-    def start_alertmanager(self, binary: str = "prometheus-alertmanager") -> Server:
+    def start_alertmanager(self, binary: str = "prometheus-alertmanager", amtool: str | None = None) -> Server:
         assert self.webhook is not None
-        self.alertmanager = start_alertmanager(self.tmp, self.webhook.url, binary=binary)
+        self.alertmanager = start_alertmanager(self.tmp, self.webhook.url, binary=binary, amtool=amtool)
         self.am_url = self.alertmanager.url
         self.clock.guards.append(self.alertmanager.check_alive)
         self.clock.log(f"alertmanager pid {self.alertmanager.pid} on {self.am_url}")
         return self.alertmanager
 
-    def start_prometheus(self, rule_files: list[Path], binary: str = "prometheus") -> Server:
-        assert self.exporter is not None and self.am_url
+    def start_prometheus(self, rule_files: list[Path], binary: str = "prometheus",
+                         promtool: str = "promtool", log_level: str = "info") -> Server:
+        """The same configuration for 2.x and 3.x: no ``scrape_protocols`` and no
+        ``fallback_scrape_protocol`` (each version offers its default Accept list, and the
+        exporter's Content-Type must be one it parses without a fallback)."""
+        assert self.exporters and self.am_url
         self.prometheus = start_prometheus(self.tmp, {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(p) for p in rule_files],
@@ -324,9 +509,9 @@ class Stack:
             "scrape_configs": [{
                 "job_name": "captf-lock-exporter",
                 "honor_labels": True,
-                "static_configs": [{"targets": [f"127.0.0.1:{self.exporter.port}"]}],
+                "static_configs": [{"targets": self.scrape_targets()}],
             }],
-        }, binary=binary, check_config=True)
+        }, binary=binary, promtool=promtool, log_level=log_level, check_config=True)
         self.prom_url = self.prometheus.url
         self.prom = self.prometheus.api
         self.clock.guards.append(self.prometheus.check_alive)
@@ -383,21 +568,24 @@ class Stack:
     def stop(self) -> list[str]:
         """Prometheus first (so it stops alerting), then Alertmanager, webhook, exporter, emulator."""
         self.clock.guards.clear()
-        order = [x for x in (self.prometheus, self.alertmanager, self.webhook, self.exporter, self.kube)
-                 if x is not None]
+        order = [x for x in (self.prometheus, self.alertmanager, self.webhook, self.tap, *self.exporters,
+                             self.kube) if x is not None and hasattr(x, "stop")]
         t = time.monotonic()
         errs = stop_all(order)
         rcs = [f"{p.name} pid {p.pid} rc {p.returncode()}"
-               for p in (self.prometheus, self.alertmanager, self.exporter) if p is not None and p.proc is not None]
+               for p in (self.prometheus, self.alertmanager, *self.exporters) if p is not None and p.proc is not None]
         self.clock.log(f"stopped everything in {time.monotonic() - t:.2f}s: {', '.join(rcs)}")
         return errs
 
     def failure_report(self, tail: int = 150) -> list[tuple[str, str]]:
         """Failure-report sections (pykit.diagnostics): process logs, emulator requests, webhook deliveries."""
-        sections = [log_section(p, tail) for p in (self.exporter, self.prometheus, self.alertmanager)
+        sections = [log_section(p, tail) for p in (*self.exporters, self.prometheus, self.alertmanager)
                     if p is not None]
-        if self.kube is not None:
+        if self.kube is not None and hasattr(self.kube, "failure_report"):
             sections += self.kube.failure_report()
+        if self.tap is not None:
+            text = "\n".join(f"{t.status} {t.content_type!r} <- Accept {t.accept!r}" for t in self.tap.recorded()[-20:])
+            sections.append(("scrape tap (last 20)", (text or "(none)") + "".join(f"\nERROR {e}" for e in self.tap.errors)))
         if self.webhook is not None:
             text = "\n".join(f"{a.status:8} {a.labels}" for a in self.webhook.alerts())
             sections.append(("webhook deliveries", text or "(none)"))

@@ -1,8 +1,14 @@
 """End to end: the shipped alerts fire, reach Alertmanager and a webhook, and resolve, with real parts.
 
-    kmock emulator (Kubernetes API over HTTP)  <-- list/watch --  captf-lock-exporter (real binary)
-    Prometheus 2.42 (scrape 1 s, eval 1 s, shipped rule file)  -- scrape -->  exporter /metrics
-    Prometheus  -- alerts -->  Alertmanager 0.25  -- webhook -->  http.server in this process
+    kmock emulator (Kubernetes API over HTTP)  <-- list/watch --  captf-lock-exporter (real binary,
+                                                                  1 or 2 replicas)
+    Prometheus (scrape 1 s, eval 1 s, shipped rule file)  -- scrape -->  every replica's /metrics
+    Prometheus  -- alerts -->  Alertmanager  -- webhook -->  http.server in this process
+
+Run once per stack (conftest.py ``flavor``): ``prom2`` = Debian Prometheus 2.42 + Alertmanager 0.25
+with one replica; ``prom3`` = Prometheus 3.16 + Alertmanager 0.35 built from Go modules with two
+replicas (each alert still pages exactly once), the second scraped through a recording pass-through
+that shows which format Prometheus asked for and got.
 
 Objects (namespace/kind/name):
   team-a/TerraformMachine/bastion      foreign lock by alice@alice-laptop, own lockTimeoutSeconds 5
@@ -25,8 +31,10 @@ and is checked to be pending for the same lock.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -46,6 +54,7 @@ from pykit.builders import (
     state_suffix,
     terraform_object,
 )
+from pykit.exporter import OPENMETRICS_CONTENT_TYPE, PROM_ACCEPT
 from pykit.kube import ALL_RESOURCES
 from pykit.net import WaitTimeout, http_ok
 from stack import (
@@ -53,6 +62,7 @@ from stack import (
     SHIPPED_RULES,
     Clock,
     DeliveredAlert,
+    Flavor,
     Stack,
     derive_short_for_rules,
     parse_duration,
@@ -87,13 +97,20 @@ def lock_patch(info: dict[str, Any]) -> dict[str, Any]:
             "spec": {"holderIdentity": info["ID"]}}
 
 
-def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, str], tmp_path: Path) -> None:
+def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, tools: dict[str, str],
+                                   kube_api: Any, tmp_path: Path) -> None:
     log = clock.log
     notes: list[str] = []  # what real Prometheus did that promtool does not show
     summary: list[str] = []
+    replicas = flavor.replicas
+    versions = {b: flavor.version(tools[b]) for b in ("prometheus", "promtool", "prometheus-alertmanager")}
+    log(f"stack {flavor.id}: Prometheus {versions['prometheus']}, promtool {versions['promtool']}, "
+        f"Alertmanager {versions['prometheus-alertmanager']}, {replicas} exporter replica(s)")
+    prom_major = int(versions["prometheus"].split(".")[0])
+    assert (prom_major >= 3) == (flavor.id == "prom3"), versions
 
     # ---- 1. emulator with the objects that exist before the exporter starts -----------------
-    kube = stack.start_kube(ALL_RESOURCES)
+    kube = kube_api(stack)
     kube.create(terraform_object(C, NS_A, "prod", defaults_jobs={"lockTimeoutSeconds": 600,
                                                                  "activeDeadlineSeconds": 1800}))
     kube.create(capi_cluster(NS_A, "prod", "prod"))
@@ -120,19 +137,24 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
                                    event_time=old_event_time))
 
     # ---- 2. exporter, webhook, Alertmanager, Prometheus ---------------------------------------
-    exporter = stack.start_exporter(tools["exporter"])
-    clock.wait("exporter /healthz 200", lambda: exporter.get("/healthz").status_code == 200, 20)
-    try:
-        clock.wait("the exporter to watch every resource (a watch stream open in the emulator for each)",
-                   lambda: all(v > 0 for v in kube.watchers().values()), 30)
-    except WaitTimeout as e:
-        raise WaitTimeout(f"{e}\nwatch streams per resource: {kube.watchers()}\nexporter requests:\n"
-                          + "\n".join(f"  {r.method} {r.path} {r.query}" for r in kube.exporter_requests())
-                          + "\nexporter watch metrics:\n" + _watch_metrics(exporter)) from None
-    clock.wait("exporter /readyz 200", lambda: exporter.get("/readyz").status_code == 200, 30)
+    exporter = stack.start_exporter(tools["exporter"], replicas)
+    exporters = stack.exporters
+    clock.wait(f"{replicas} exporter(s) /healthz 200",
+               lambda: all(e.get("/healthz").status_code == 200 for e in exporters), 20)
+    if hasattr(kube, "watchers"):  # the emulator can say when every watch is open
+        try:
+            clock.wait(f"{replicas} exporter(s) to watch every resource (watch streams open in the emulator)",
+                       lambda: all(v >= replicas for v in kube.watchers().values()), 30)
+        except WaitTimeout as e:
+            raise WaitTimeout(f"{e}\nwatch streams per resource: {kube.watchers()}\nexporter requests:\n"
+                              + "\n".join(f"  {r.method} {r.path} {r.query}" for r in kube.exporter_requests())
+                              + "\nexporter watch metrics:\n"
+                              + "\n".join(_watch_metrics(e) for e in exporters)) from None
+    clock.wait(f"{replicas} exporter(s) /readyz 200",
+               lambda: all(e.get("/readyz").status_code == 200 for e in exporters), 30)
 
     webhook = stack.start_webhook()
-    stack.start_alertmanager(tools["prometheus-alertmanager"])
+    stack.start_alertmanager(tools["prometheus-alertmanager"], amtool=flavor.amtool)
     clock.wait("alertmanager /-/ready", lambda: http_ok(stack.am_url + "/-/ready"), 30)
 
     derived = tmp_path / "captf-lock-exporter.e2e-short-for.rules.yaml"
@@ -145,7 +167,8 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
             f"(derived at run time from {SHIPPED_RULES.relative_to(SHIPPED_RULES.parents[1])}; "
             "expr/labels/annotations identical); every other alert comes from the shipped file, unchanged")
 
-    stack.start_prometheus([SHIPPED_RULES, derived], tools["prometheus"])
+    stack.start_prometheus([SHIPPED_RULES, derived], tools["prometheus"], promtool=tools["promtool"],
+                           log_level=flavor.prom_log_level)
     prom = stack.prom
     assert prom is not None
     prom_t0 = time.time()
@@ -173,6 +196,23 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
         assert r["duration"] == parse_duration(SHORTEN[r["name"]]), r
         assert orig["duration"] == parse_duration(changed[r["name"]][0]), orig
 
+    # Per-replica views: every query below names one object (or aggregates `by (instance)`), so
+    # it returns one series per replica; each must say the same.
+    def each(q: str, want: float | None = None, pred: Any = None) -> bool:
+        """One series per replica, each equal to ``want`` (or satisfying ``pred``)."""
+        res = prom.query(q)
+        vals = [float(r["value"][1]) for r in res]
+        return len(vals) == replicas and all((pred(v) if pred else v == want) for v in vals)
+
+    def agreed(q: str) -> float | None:
+        """The value every replica reports (None when no replica reports it)."""
+        res = prom.query(q)
+        if not res:
+            return None
+        vals = {float(r["value"][1]) for r in res}
+        assert len(res) == replicas and len(vals) == 1, f"{q}: replicas disagree or are missing: {res}"
+        return vals.pop()
+
     # Baseline as Prometheus sees it, before any trigger.
     def baseline() -> bool:
         checks = [
@@ -183,33 +223,33 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
             (f"captf_state_lock_held{sel(FOREIGN)}", 0),
             (f"captf_state_lock_held{sel(STALE)}", 0),
             (f'captf_state_lock_info{sel(LIVE, **{"class": "own_live"})}', 1),
-            ('sum(captf_state_locks_held)', 1),
-            ('count(captf_lock_exporter_watch_up == 1)', len(ALL_RESOURCES)),
+            ('sum by (instance) (captf_state_locks_held)', 1),
+            ('count by (instance) (captf_lock_exporter_watch_up == 1)', len(ALL_RESOURCES)),
         ]
-        return all(prom.value(q) == want for q, want in checks)
+        return all(each(q, want) for q, want in checks)
 
-    clock.wait("Prometheus to scrape the baseline (up, counters at 0, web own_live, all watches up)",
-               baseline, 30)
+    clock.wait(f"Prometheus to scrape the baseline from {replicas} replica(s) (up, counters at 0, web "
+               "own_live, all watches up)", baseline, 30)
     # db's counter gets some history at 0 before its first increment, as any object in a real
     # cluster has: with only ONE earlier sample, increase(...[1h]) extrapolates the single step to
     # the evaluation time and says up to 2 for one force-unlock (seen in a run; this is why the
     # shipped description says "at least once" and prints no count). With k >= 2 earlier samples
     # the value stays below 1 + 1/k < 1.5, which the value assertion below checks. 3 for a margin.
-    clock.wait("Prometheus: 3 samples of db's force-unlock counter at 0 before the Event",
-               lambda: prom.value(f"count_over_time(captf_state_lock_force_unlocks_total{sel(FORCED)}[1m])"
-                                  ) >= 3
-               and prom.value(f"max_over_time(captf_state_lock_force_unlocks_total{sel(FORCED)}[1m])") == 0,
+    clock.wait("Prometheus: 3 samples of db's force-unlock counter at 0 before the Event (every replica)",
+               lambda: each(f"count_over_time(captf_state_lock_force_unlocks_total{sel(FORCED)}[1m])",
+                            pred=lambda v: v >= 3)
+               and each(f"max_over_time(captf_state_lock_force_unlocks_total{sel(FORCED)}[1m])", 0),
                15)
     # Timeout inheritance through the real CAPI Cluster watch, and the pre-start Event's timestamp.
     timeouts = {
-        "web": (prom.value(f"captf_state_lock_timeout_seconds{sel(LIVE)}"),
-                prom.value(f"captf_state_lock_deadline_seconds{sel(LIVE)}")),
-        "bastion": (prom.value(f"captf_state_lock_timeout_seconds{sel(FOREIGN)}"), None),
-        "pool": (prom.value(f"captf_state_lock_timeout_seconds{sel(STALE)}"),
-                 prom.value(f"captf_state_lock_deadline_seconds{sel(STALE)}")),
+        "web": (agreed(f"captf_state_lock_timeout_seconds{sel(LIVE)}"),
+                agreed(f"captf_state_lock_deadline_seconds{sel(LIVE)}")),
+        "bastion": (agreed(f"captf_state_lock_timeout_seconds{sel(FOREIGN)}"), None),
+        "pool": (agreed(f"captf_state_lock_timeout_seconds{sel(STALE)}"),
+                 agreed(f"captf_state_lock_deadline_seconds{sel(STALE)}")),
     }
     assert timeouts == {"web": (600, 1800), "bastion": (FOREIGN_TIMEOUT_S, None), "pool": (120, 900)}, timeouts
-    web_last = prom.value(f"captf_state_lock_last_force_unlock_timestamp_seconds{sel(LIVE)}")
+    web_last = agreed(f"captf_state_lock_last_force_unlock_timestamp_seconds{sel(LIVE)}")
     assert web_last is not None and abs(web_last - old_event_time.timestamp()) < 5, (
         f"pre-start ForceUnlocked Event of web: last-seen timestamp expected "
         f"{old_event_time.timestamp():.0f}, got {web_last}")
@@ -240,10 +280,11 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
 
     # ---- 4. the exporter's view, through Prometheus -----------------------------------------
     def present(q: str) -> bool:
-        return bool(prom.query(q))
+        """Exactly one series per replica."""
+        return len(prom.query(q)) == replicas
 
     clock.wait("Prometheus: db counted once (force_unlocks_total 1) and held by its new runner (own_live)",
-               lambda: prom.value(f"captf_state_lock_force_unlocks_total{sel(FORCED)}") == 1
+               lambda: each(f"captf_state_lock_force_unlocks_total{sel(FORCED)}", 1)
                and present(f'captf_state_lock_info{sel(FORCED, **{"class": "own_live"})}'), 20)
     clock.wait("Prometheus: pool's lock own_stale",
                lambda: present(f'captf_state_lock_info{sel(STALE, **{"class": "own_stale"})}'), 30)
@@ -258,7 +299,7 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
     assert "at least once in the last hour" in fu.alert["annotations"]["description"], fu.alert["annotations"]["description"]
 
     clock.wait("Prometheus: bastion overdue (captf_state_lock_overdue 1)",
-               lambda: prom.value(f"captf_state_lock_overdue{sel(FOREIGN, **{'class': 'foreign'})}") == 1,
+               lambda: each(f"captf_state_lock_overdue{sel(FOREIGN, **{'class': 'foreign'})}", 1),
                FOREIGN_TIMEOUT_S + 20)
     overdue_seen = (time.monotonic(), time.time())
 
@@ -271,15 +312,19 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
     pend = clock.wait(f"Prometheus: {A_OVERDUE} pending for bastion", overdue_pending, 15)
     overdue_active_at = parse_rfc3339(pend["activeAt"])
 
-    def warned() -> dict[str, Any] | None:
-        for e in exporter.json_logs():
+    def warned_by(ex: Any) -> dict[str, Any] | None:
+        for e in ex.json_logs():
             f = e.get("fields", e)
             if str(e.get("level", "")).upper().startswith("WARN") and f.get("name") == "bastion" \
                     and "overdue" in str(f.get("message", e.get("message", ""))):
                 return e
         return None
 
-    warning = clock.wait("exporter log: overdue warning for bastion", warned, 10)
+    def warned() -> dict[str, Any] | None:
+        found = [warned_by(ex) for ex in exporters]
+        return found[0] if all(found) else None
+
+    warning = clock.wait(f"exporter log: overdue warning for bastion (each of {replicas} replica(s))", warned, 10)
     log(f"exporter warned: {json.dumps(warning)[:400]}")
 
     st = clock.wait(f"webhook: {A_STALE} firing for pool (test copy, for {SHORTEN[A_STALE]})",
@@ -301,8 +346,12 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
     assert {k: v for k, v in sp[0]["labels"].items()} == st.labels, (sp[0]["labels"], st.labels)
 
     # ---- 5. every dashboard query has data, while locks are held, after the Event -----------
-    clock.wait("4 held locks in Prometheus (web, db own_live; pool own_stale; bastion foreign)",
-               lambda: prom.value("sum(captf_state_locks_held)") == 4, 10)
+    clock.wait("4 held locks in Prometheus (web, db own_live; pool own_stale; bastion foreign), per replica",
+               lambda: each("sum by (instance) (captf_state_locks_held)", 4), 10)
+    # The exposition at its richest (every class but unknown, an overdue lock, a counted Event),
+    # linted by this stack's promtool in the format promtool parses (0.0.4 text).
+    lint = _lint_exposition(tools["promtool"], exporter)
+    summary.append(lint)
     assert not webhook.find(A_OVERDUE, "resolved", **FOREIGN), "the foreign lock must still be held here"
     # Single-value variables (the drill-down's namespace/kind/name) pinned to db: held by its new
     # runner and force-unlocked after the exporter started.
@@ -329,17 +378,21 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
     web_alerts = prom.query(f'count_over_time(ALERTS{{namespace="{NS_A}",name="web"}}[10m])')
     assert web_alerts == [], f"own_live lock of web produced alerts (pending or firing): {web_alerts}"
     assert not [a for a in webhook.alerts() if a.labels.get("name") == "web"], "web reached the webhook"
-    delivered = {(a.labels.get("alertname"), a.labels.get("name"), a.status) for a in webhook.alerts()}
+    delivered = collections.Counter((a.labels.get("alertname"), a.labels.get("name"), a.status)
+                                    for a in webhook.alerts())
     expected = {(A_FORCE, "db", "firing"), (A_STALE, "pool", "firing"),
                 (A_OVERDUE, "bastion", "firing"), (A_OVERDUE, "bastion", "resolved")}
-    assert delivered == expected, f"webhook got {sorted(delivered)}, expected {sorted(expected)}"
+    # Pages once: each expected (alert, object, status) delivered exactly once, also with two
+    # replicas reporting every lock (the rules aggregate the per-target labels away).
+    assert delivered == collections.Counter(expected), (
+        f"webhook got {sorted(delivered.items())}, expected each of {sorted(expected)} exactly once")
     assert webhook.errors == [], webhook.errors
     bad_rules = [(g["name"], r["name"], r.get("lastError")) for g in prom.rules() for r in g["rules"]
                  if r.get("health") != "ok"]
     assert bad_rules == [], bad_rules
     targets = [(t["labels"].get("job"), t["health"], t.get("lastError")) for t in prom.targets()]
-    assert targets == [(JOB, "up", "")], targets
-    assert prom.value(f'min_over_time(up{{job="{JOB}"}}[10m])') == 1, "a scrape of the exporter failed"
+    assert targets == [(JOB, "up", "")] * replicas, targets
+    assert each(f'min_over_time(up{{job="{JOB}"}}[10m])', 1), "a scrape of an exporter replica failed"
 
     # ---- 8. `for` held: nothing fired early ---------------------------------------------------
     fo_starts = parse_rfc3339(fo.alert["startsAt"])
@@ -385,7 +438,7 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
         f"(+{resolved_ends - trig['release'][1]:.2f}s): the series vanish at the next scrape (staleness "
         f"marker) and the rule resolves at the next evaluation; promtool only shows firing alerts, so "
         f"resolution is only seen here")
-    first_up = float(prom.matrix(f'up{{job="{JOB}"}}[10m]')[0]["values"][0][0])
+    first_up = min(float(m["values"][0][0]) for m in prom.matrix(f'up{{job="{JOB}"}}[10m]'))
     down = prom.query('count_over_time(ALERTS{alertname="CAPTFLockExporterDown",alertstate="pending"}[10m])')
     down_n = int(float(down[0]["value"][1])) if down else 0
     notes.append(
@@ -399,9 +452,11 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
                  f"{st_starts - trig['stale'][1]:.2f}s after the lock was written "
                  f"(for {SHORTEN[A_STALE]}); the shipped 15m copy was pending with identical labels")
     prom_log = stack.prometheus.log_text() if stack.prometheus else ""
-    warns = [l for l in prom_log.splitlines() if "level=warn" in l or "level=error" in l]
+    # 2.x logs level=warn, 3.x (slog) level=WARN.
+    warns = [l for l in prom_log.splitlines() if re.search(r"\blevel=(warn|error)\b", l, re.I)]
     notes.append(f"Prometheus log: {len(warns)} warn/error lines"
                  + ("".join(f"\n      {w[:300]}" for w in warns[:10]) if warns else ""))
+    notes.extend(_scrape_format(stack, flavor, versions["prometheus"], prom_major, warns, prom_log))
 
     def lat(key: str, a: DeliveredAlert) -> float:
         return a.delivery.mono - trig[key][0]
@@ -415,7 +470,10 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
         f"{overdue_seen[0] - trig['foreign'][0]:.2f}s after the write)",
         f"{A_OVERDUE:30} lock released -> webhook resolved      {lat('release', fr):6.2f}s",
     ]
-    print("\n==================== e2e summary ====================")
+    print(f"\n==================== e2e summary ({flavor.id}) ====================")
+    print(f"stack: Prometheus {versions['prometheus']} ({tools['prometheus']}), promtool {versions['promtool']}, "
+          f"Alertmanager {versions['prometheus-alertmanager']} ({tools['prometheus-alertmanager']}), "
+          f"{replicas} exporter replica(s); each expected page delivered once: {dict(delivered)}")
     print(f"total runtime of the test body: {clock.now():.1f}s (Prometheus up for {time.time() - prom_t0:.1f}s)")
     print("trigger -> webhook delivery:")
     for l in lines:
@@ -423,12 +481,15 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, tools: dict[str, 
     print("waits:")
     for what, took in clock.waits:
         print(f"  {took:6.2f}s  {what}")
-    print("dashboards:")
+    print("dashboards, exposition lint:")
     for l in summary:
         print("  " + l)
     print("real Prometheus vs promtool's model:")
     for n in notes:
         print("  - " + n)
+    print("peak RSS (VmHWM): " + ", ".join(f"{p.name} {_peak_rss_mib(p.pid):.0f} MiB"
+                                           for p in (stack.prometheus, stack.alertmanager, *exporters)
+                                           if p is not None and p.pid is not None))
     print("rules: shipped file unchanged for", A_OVERDUE, "and", A_FORCE, "; test copy for",
           ", ".join(f"{a} (for {o} -> {n})" for a, (o, n) in changed.items()))
     print("=====================================================")
@@ -468,3 +529,75 @@ def _alert_value(prom: Any, alertname: str, name: str) -> float:
         if a["labels"].get("alertname") == alertname and a["labels"].get("name") == name:
             return float(a["value"])
     raise AssertionError(f"{alertname} for {name} not active in Prometheus: {prom.alerts()}")
+
+
+def _lint_exposition(promtool: str, exporter: Any) -> str:
+    """``promtool check metrics`` on one replica's live exposition (0.0.4 text, the only format
+    promtool's linter parses); must pass with no problem reported. Returns a summary line."""
+    text = exporter.get("/metrics", headers={"Accept": PROM_ACCEPT}).text
+    out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    report = (out.stdout + out.stderr).strip()
+    assert out.returncode == 0 and not report, (
+        f"{promtool} check metrics: rc {out.returncode}:\n{report}\n--- exposition ---\n{text[:4000]}")
+    return (f"exposition lint: {promtool} check metrics passed with no problem on the live 0.0.4 "
+            f"exposition ({len(text.splitlines())} lines)")
+
+
+def _scrape_format(stack: Stack, flavor: Flavor, version: str, major: int, warns: list[str],
+                   prom_log: str) -> list[str]:
+    """Which format Prometheus asked for and parsed, proven three ways, and (3.x) no fallback or
+    content-type complaint in its log. Returns summary notes."""
+    prom = stack.prom
+    assert prom is not None
+    notes = []
+    # 1. What the scrape parsed, per target: OpenMetrics names a counter family without `_total`
+    # (`# TYPE captf_state_lock_force_unlocks counter`); the 0.0.4 text names it with the suffix.
+    om = prom.targets_metadata("captf_state_lock_force_unlocks")
+    text = prom.targets_metadata("captf_state_lock_force_unlocks_total")
+    instances = sorted(m["target"]["instance"] for m in om)
+    assert len(om) == flavor.replicas and all(m["type"] == "counter" for m in om), om
+    assert text == [], f"a target was parsed as 0.0.4 text (family with _total): {text}"
+    notes.append(f"scrape format: every target ({', '.join(instances)}) parsed as OpenMetrics "
+                 f"(/api/v1/targets/metadata has family captf_state_lock_force_unlocks, type counter, "
+                 f"and no captf_state_lock_force_unlocks_total family)")
+    # 2. The wire, seen by the tap in front of one replica.
+    if stack.tap is not None:
+        seen = stack.tap.recorded()
+        assert len(seen) >= 10 and not stack.tap.errors, (len(seen), stack.tap.errors)
+        accepts = collections.Counter(t.accept for t in seen)
+        answers = collections.Counter((t.status, t.content_type, t.content_encoding) for t in seen)
+        agents = {t.user_agent for t in seen}
+        bad = [t for t in seen if t.status != 200 or t.content_type != OPENMETRICS_CONTENT_TYPE]
+        assert not bad, f"{len(bad)} of {len(seen)} tapped scrapes not answered 200 OpenMetrics: {answers}"
+        assert len(accepts) == 1, accepts
+        accept = next(iter(accepts))
+        first = accept.split(",")[0]
+        assert first.startswith("application/openmetrics-text;version=1.0.0"), accept
+        assert agents == {f"Prometheus/{version}"}, agents
+        notes.append(f"scrape tap ({len(seen)} scrapes of {stack.exporters[-1].name}): Prometheus sent "
+                     f"Accept: {accept} ; Accept-Encoding: {seen[0].accept_encoding} ; User-Agent: "
+                     f"{seen[0].user_agent}; the exporter answered {answers.most_common()} "
+                     f"(its first choice, OpenMetrics 1.0.0)")
+    # 3. Prometheus 3's own log: it logs (at debug, which this run uses) when it falls back for
+    # an unparseable Content-Type, and fails the scrape with an error when it has no fallback.
+    if major >= 3:
+        assert flavor.prom_log_level == "debug"
+        pat = re.compile(r"fallback|content.type|Failed to determine correct type|unsupported Content-Type", re.I)
+        complaints = [l for l in prom_log.splitlines() if pat.search(l)]
+        assert complaints == [], "Prometheus 3 logged about the scrape's content type:\n" + "\n".join(complaints)
+        assert warns == [], "Prometheus 3 logged warnings/errors:\n" + "\n".join(warns)
+        debug_lines = sum(1 for l in prom_log.splitlines() if "level=DEBUG" in l)
+        notes.append(f"Prometheus {version} log at debug ({debug_lines} debug lines): no fallback, "
+                     f"content-type, warn or error line")
+    return notes
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """A running process's peak resident set (VmHWM), in MiB (NaN when it cannot be read)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")

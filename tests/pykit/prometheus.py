@@ -1,5 +1,5 @@
-"""A real Prometheus and Alertmanager (Debian's ``prometheus`` and ``prometheus-alertmanager``) on
-127.0.0.1, each a ``ManagedProcess`` stopped by its PID, and the Prometheus HTTP API calls the tests
+"""A real Prometheus and Alertmanager (Debian's ``prometheus`` and ``prometheus-alertmanager`` by
+default, or any other build given by path, e.g. Prometheus 3 from tools/prometheus3) on 127.0.0.1, each a ``ManagedProcess`` stopped by its PID, and the Prometheus HTTP API calls the tests
 make (standard library only: tools/dashboards/live_check.py runs without the test requirements).
 """
 
@@ -81,6 +81,11 @@ class PromAPI:
     def targets(self) -> list[dict[str, Any]]:
         return self._get("targets")["activeTargets"]
 
+    def targets_metadata(self, metric: str) -> list[dict[str, Any]]:
+        """/api/v1/targets/metadata for one metric family name: what each target's scrape parsed
+        (the family name, type, help and unit as the exposition format named them)."""
+        return self._get("targets/metadata", metric=metric)
+
     def ready(self) -> bool:
         return http_ok(f"{self.base}/-/ready")
 
@@ -96,15 +101,16 @@ class Server(ManagedProcess):
 
 
 def start_prometheus(workdir: Path, config: Mapping[str, Any], *, binary: str = "prometheus",
-                     log_level: str = "info", check_config: bool = False) -> Server:
+                     promtool: str = "promtool", log_level: str = "info",
+                     check_config: bool = False) -> Server:
     """Prometheus with ``config`` (written as JSON, which is YAML, to workdir/prometheus.yml), its
     TSDB in workdir/prometheus-data and its log in workdir/prometheus.log, on a free port.
-    ``check_config`` runs ``promtool check config`` on the file first."""
+    ``check_config`` runs ``<promtool> check config`` on the file first."""
     port = free_port()
     cfg = workdir / "prometheus.yml"
     cfg.write_text(json.dumps(config, indent=1))
     if check_config:
-        check = subprocess.run(["promtool", "check", "config", str(cfg)], capture_output=True, text=True)
+        check = subprocess.run([promtool, "check", "config", str(cfg)], capture_output=True, text=True)
         if check.returncode != 0:
             raise AssertionError(f"promtool check config failed:\n{check.stdout}{check.stderr}")
     (workdir / "prometheus-data").mkdir()
@@ -115,10 +121,10 @@ def start_prometheus(workdir: Path, config: Mapping[str, Any], *, binary: str = 
 
 
 def start_alertmanager(workdir: Path, webhook_url: str, *,
-                       binary: str = "prometheus-alertmanager") -> Server:
+                       binary: str = "prometheus-alertmanager", amtool: str | None = None) -> Server:
     """Alertmanager sending every alert, grouped by all its labels, to ``webhook_url`` within about
     a second (resolved ones too); no cluster; state in workdir/alertmanager-data, log in
-    workdir/alertmanager.log, on a free port."""
+    workdir/alertmanager.log, on a free port. ``amtool`` checks the configuration first."""
     port = free_port()
     cfg = workdir / "alertmanager.yml"
     cfg.write_text(json.dumps({
@@ -136,6 +142,10 @@ def start_alertmanager(workdir: Path, webhook_url: str, *,
             "webhook_configs": [{"url": webhook_url, "send_resolved": True}],
         }],
     }, indent=1))
+    if amtool is not None:
+        check = subprocess.run([amtool, "check-config", str(cfg)], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise AssertionError(f"amtool check-config failed:\n{check.stdout}{check.stderr}")
     (workdir / "alertmanager-data").mkdir()
     return Server("alertmanager", [
         binary, f"--config.file={cfg}", f"--storage.path={workdir / 'alertmanager-data'}",
