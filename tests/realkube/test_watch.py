@@ -114,6 +114,11 @@ def test_quiet_watch_kept_alive_by_bookmarks(cp: ControlPlane, kube: Kube, ns: s
     assert downs == [], f"watch_up dropped during a quiet period: {downs[:10]}"
     assert all(lw[r]["list"] == [] for r in RESOURCES), {r: len(lw[r]["list"]) for r in RESOURCES}
     assert errors(m1) == errors(m0), (errors(m0), errors(m1))
+    # contract 7.4: the last success moves with watch starts and bookmarks, also when nothing changes
+    for r in RESOURCES:
+        before = m0.get("captf_lock_exporter_watch_last_success_timestamp_seconds", resource=r)
+        after = m1.get("captf_lock_exporter_watch_last_success_timestamp_seconds", resource=r)
+        assert before and after and after >= before + 50, (r, before, after)
     detail = {}
     advanced = 0
     for r in RESOURCES:
@@ -177,6 +182,10 @@ def test_kube_apiserver_restart(cp: ControlPlane, kube: Kube, ns: str, install, 
         # the exporter notices the dead server: watch_up 0 (contract 8.1)
         wait_metric(exporter, lambda m: all(m.get("captf_lock_exporter_watch_up", resource=r) == 0
                                             for r in RESOURCES), 90, "watch_up 0 while kube-apiserver is down")
+        # contract 8.2: after start-up /readyz stays 200 and names every watch that is not up
+        ready = exporter.get("/readyz")
+        assert ready.status_code == 200, (ready.status_code, ready.text)
+        assert all(r in ready.text for r in RESOURCES), ready.text
         cp.start_apiserver()
     out = _restart_scenario(cp, kube, ns, exporter, "kube-apiserver restart", restart, True)
     assert any(k.endswith("/transport") for k in out["watch_errors_delta"]), out
