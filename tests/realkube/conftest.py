@@ -1,0 +1,261 @@
+"""Fixtures of the realkube suite: one real control plane per session (etcd + kube-apiserver from
+tools/kube/build.sh, CRDs from tests/crds), the chart's RBAC applied to it, a fresh namespace per
+test, and the release binary started with a ServiceAccount token from TokenRequest.
+
+Environment:
+  EXPORTER_BIN        the binary (default: target/release/captf-lock-exporter of this checkout)
+  REALKUBE_REPORT     where the session's measurements go as JSON (default target/realkube-report.json)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from pykit.controlplane import ROOT, ControlPlane, Kube, rss_kib
+from pykit.diagnostics import log_section, on_failure
+from pykit.exporter import Exporter, ExporterDied, exporter_bin, wait_metric
+
+pytest_plugins = ("pykit.pytest_hooks",)
+
+os.environ.setdefault("EXPORTER_BIN", str(ROOT / "target" / "release" / "captf-lock-exporter"))
+
+CRDS = ROOT / "tests" / "crds"
+RELEASE = "captf-lock-exporter"
+RELEASE_NS = "captf-system"
+RESOURCES = ("leases", "pods", "events", "terraformclusters", "terraformmachines", "terraformmachinepools",
+             "clusters")
+
+#: measurements of the session, printed at the end and written to REALKUBE_REPORT
+REPORT: dict[str, Any] = {}
+
+
+def render_chart(values: dict[str, Any], namespace: str = RELEASE_NS, name: str = RELEASE) -> list[dict[str, Any]]:
+    """The chart rendered by the real Helm engine (helm-python-sdk, as tools/chart/check.sh does)."""
+    import helm_python as helm
+    import yaml
+    with helm.Chart.load(ROOT / "chart") as chart:
+        rendered = chart.render(values, name=name, namespace=namespace, is_install=True)
+    objs = []
+    for fname, text in sorted(rendered.items()):
+        if not fname.endswith((".yaml", ".yml")):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                objs.append(doc)
+    return objs
+
+
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+
+
+@dataclass
+class Install:
+    """The chart's ServiceAccount and RBAC objects as applied, and a token of that account."""
+    namespace: str
+    sa: str
+    token: str
+    objects: list[dict[str, Any]]
+
+    @property
+    def user(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.sa}"
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+
+def install_chart(kube: Kube, values: dict[str, Any], name: str = RELEASE, namespace: str = RELEASE_NS) -> Install:
+    objs = [o for o in render_chart(values, namespace, name) if o["kind"] in RBAC_KINDS]
+    if kube.get(f"/api/v1/namespaces/{namespace}").status_code == 404:
+        kube.namespace(namespace)
+    for o in objs:
+        if o["kind"] in ("Role", "RoleBinding") and kube.get(f"/api/v1/namespaces/{o['metadata']['namespace']}").status_code == 404:
+            kube.namespace(o["metadata"]["namespace"])
+        kube.apply(o)
+    (sa,) = [o for o in objs if o["kind"] == "ServiceAccount"]
+    return Install(namespace, sa["metadata"]["name"], kube.token(namespace, sa["metadata"]["name"]), objs)
+
+
+class RssSampler(threading.Thread):
+    """Samples the RSS of kube-apiserver and etcd every second while the tests run."""
+
+    def __init__(self, cp: ControlPlane):
+        super().__init__(daemon=True)
+        self.cp = cp
+        self.stop_event = threading.Event()
+        self.samples: dict[str, list[int]] = {"kube-apiserver": [], "etcd": []}
+
+    def run(self) -> None:
+        while not self.stop_event.wait(1.0):
+            for name, proc in (("kube-apiserver", self.cp.apiserver), ("etcd", self.cp.etcd)):
+                v = rss_kib(proc.pid if proc is not None and proc.returncode() is None else None)
+                if v:
+                    self.samples[name].append(v)
+
+    def summary(self) -> dict[str, Any]:
+        out = {}
+        for k, v in self.samples.items():
+            if v:
+                s = sorted(v)
+                out[k] = {"peak_MiB": round(s[-1] / 1024, 1), "median_MiB": round(s[len(s) // 2] / 1024, 1),
+                          "samples": len(v)}
+        return out
+
+
+@pytest.fixture(scope="session")
+def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    t0 = time.monotonic()
+    plane = ControlPlane(tmp_path_factory.mktemp("controlplane"))
+    try:
+        plane.start()
+        REPORT["control_plane_start_s"] = round(time.monotonic() - t0, 1)
+        plane.kube.apply_crds([CRDS / "terraform.yaml", CRDS / "capi-cluster.yaml"])
+        REPORT["ready_with_crds_s"] = round(time.monotonic() - t0, 1)
+        sampler = RssSampler(plane)
+        sampler.start()
+        yield plane
+        sampler.stop_event.set()
+        REPORT["rss"] = sampler.summary()
+        REPORT["start_times_s"] = [(n, round(s, 1)) for n, s in plane.start_times]
+        REPORT["audit_log_MiB"] = round(plane.apiserver.audit_log.stat().st_size / 2**20, 1)
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(cp: ControlPlane) -> Kube:
+    assert cp.kube is not None
+    return cp.kube
+
+
+@pytest.fixture(scope="session")
+def install(kube: Kube) -> Install:
+    """The chart's default install: ServiceAccount, ClusterRole, ClusterRoleBinding."""
+    return install_chart(kube, {})
+
+
+_ns_counter = itertools.count(1)
+
+# plural -> API prefix, for the per-test cleanup
+CLEANUP = [("/apis/coordination.k8s.io/v1", "leases"), ("/apis/events.k8s.io/v1", "events"),
+           ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", "terraformclusters"),
+           ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", "terraformmachines"),
+           ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", "terraformmachinepools"),
+           ("/apis/cluster.x-k8s.io/v1beta2", "clusters")]
+
+
+def clean_namespace(kube: Kube, ns: str) -> None:
+    """Deletes the test's objects (a deleted namespace would stay Terminating: no controller)."""
+    for p in kube.list("pods", ns)["items"]:
+        if p["metadata"].get("finalizers"):
+            kube.patch("pods", ns, p["metadata"]["name"], {"metadata": {"finalizers": None}})
+    kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods", json={"gracePeriodSeconds": 0}, ok=(200,))
+    for prefix, plural in CLEANUP:
+        kube.request("DELETE", f"{prefix}/namespaces/{ns}/{plural}", ok=(200, 404))
+
+
+@pytest.fixture
+def namespace_factory(kube: Kube, request: pytest.FixtureRequest) -> Iterator[Callable[[str], str]]:
+    made: list[str] = []
+
+    def make(hint: str = "") -> str:
+        base = re.sub(r"[^a-z0-9-]", "-", (hint or request.node.name).lower()).strip("-")[:40].strip("-")
+        ns = f"t{next(_ns_counter)}-{base}"[:63].strip("-")
+        kube.namespace(ns)
+        made.append(ns)
+        return ns
+
+    yield make
+    for ns in made:
+        clean_namespace(kube, ns)
+
+
+@pytest.fixture
+def ns(namespace_factory: Callable[[str], str]) -> str:
+    """A fresh namespace for the test; its objects are deleted afterwards."""
+    return namespace_factory("")
+
+
+def wait_all_up(exp: Exporter, timeout: float = 60, resources: tuple[str, ...] = RESOURCES) -> None:
+    wait_metric(exp, lambda m: all(m.get("captf_lock_exporter_watch_up", resource=r) == 1 for r in resources),
+                timeout, f"watch_up 1 for {', '.join(resources)}")
+
+
+@pytest.fixture
+def start_exporter(cp: ControlPlane, install: Install, tmp_path: Path,
+                   request: pytest.FixtureRequest) -> Iterator[Callable[..., Exporter]]:
+    """Factory: the release binary with a kubeconfig holding a ServiceAccount token and the CA.
+    Waits for /healthz and, unless ``wait_up=False``, for watch_up 1 on every resource."""
+    started: list[Exporter] = []
+    on_failure(request.node, lambda: [log_section(e, 300) for e in started])
+
+    def start(token: str | None = None, extra_args: tuple[str, ...] = (), wait_up: bool = True,
+              resources: tuple[str, ...] = RESOURCES) -> Exporter:
+        kc = cp.kubeconfig(tmp_path / f"kubeconfig-{len(started)}", token or install.token)
+        for attempt in range(3):
+            exp = Exporter(exporter_bin(), kc, tmp_path / f"exporter-{len(started)}.log", extra_args,
+                           log_level="info,captf_lock_exporter=debug")
+            started.append(exp)
+            exp.start()
+            try:
+                exp.wait_healthy()
+                break
+            except ExporterDied:
+                if attempt == 2 or "in use" not in exp.log_text().lower():
+                    raise
+                exp.retired = True
+        if wait_up:
+            wait_all_up(exp, resources=resources)
+        return exp
+
+    yield start
+    # an exporter that exited by itself (not stopped through stop(), which closes its log) crashed
+    crashed = [e for e in started if not getattr(e, "retired", False) and e.returncode() is not None
+               and e._log is not None]
+    for e in started:
+        e.stop()
+    if crashed:
+        raise ExporterDied("the exporter exited during the test: " +
+                           ", ".join(f"code {e.returncode()} (log {e.log_path})" for e in crashed))
+
+
+@pytest.fixture
+def exporter(start_exporter: Callable[..., Exporter]) -> Exporter:
+    return start_exporter()
+
+
+def audit_summary(cp: ControlPlane, user: str, since: float | None = None) -> dict[str, Any]:
+    reqs = cp.requests_of(user, since)
+    verbs: dict[str, int] = {}
+    refused = []
+    for r in reqs:
+        verbs[r["verb"]] = verbs.get(r["verb"], 0) + 1
+        code = (r.get("responseStatus") or {}).get("code")
+        if code in (401, 403):
+            refused.append((r["verb"], r["requestURI"], code))
+    return {"requests": len(reqs), "by_verb": verbs, "refused": refused}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not REPORT:
+        return
+    terminalreporter.section("realkube measurements")
+    for k, v in REPORT.items():
+        terminalreporter.write_line(f"{k}: {json.dumps(v)}")
+    out = Path(os.environ.get("REALKUBE_REPORT", ROOT / "target" / "realkube-report.json"))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(REPORT, indent=2) + "\n")
+        terminalreporter.write_line(f"(written to {out})")
+    except OSError as e:
+        terminalreporter.write_line(f"could not write {out}: {e}")

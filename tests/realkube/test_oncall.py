@@ -1,0 +1,67 @@
+"""`locks -A -o json` and `explain` with a real kubeconfig: the chart's ServiceAccount token and the
+cluster's CA.  The chart grants no Secrets, so explain's image lookup meets a real 403."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from pykit.builders import lock_info_doc, lock_lease, now_utc, pod, runner_pod_name, state_suffix, terraform_object
+from pykit.controlplane import ControlPlane, Kube
+from pykit.exporter import exporter_bin
+
+M = "TerraformMachine"
+
+
+def run_cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_"))
+           and k != "KUBECONFIG"}
+    return subprocess.run([exporter_bin(), "--kubeconfig", str(kubeconfig), *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_locks_and_explain_through_a_real_kubeconfig(cp: ControlPlane, kube: Kube, ns: str, install,
+                                                     tmp_path: Path) -> None:
+    old = now_utc() - dt.timedelta(seconds=900)
+    for n in ["web", "stale", "live"]:
+        kube.create(terraform_object(M, ns, n))
+    kube.create(lock_lease(ns, M, "web", lock_info=lock_info_doc("alice@laptop", created=old, lock_id="lock-web-1")))
+    kube.create(lock_lease(ns, M, "stale", who=f"@{runner_pod_name(M, 'stale', 'apply', 3)}"))
+    p_live = runner_pod_name(M, "live")
+    kube.create(pod(ns, p_live, "Running", kind=M, owner="live"))
+    kube.create(lock_lease(ns, M, "live", who=f"@{p_live}"))
+    kc = cp.kubeconfig(tmp_path / "kubeconfig", install.token, namespace=ns)
+    since = time.time() - 1
+
+    res = run_cli(kc, "locks", "-A", "-o", "json")
+    assert res.returncode == 0, res.stderr
+    rows = [r for r in json.loads(res.stdout) if r["namespace"] == ns]
+    assert [(r["name"], r["class"], r["overdue"]) for r in rows] == [
+        ("web", "foreign", True), ("stale", "own_stale", False), ("live", "own_live", False)], rows
+    assert rows[0]["lock_id"] == "lock-web-1"
+    res = run_cli(kc, "locks", "-n", ns, "--fail-on-overdue")
+    assert res.returncode == 1, res.stdout + res.stderr
+
+    res = run_cli(kc, "explain", "TerraformMachine/web")
+    assert res.returncode == 0, res.stderr
+    suffix = state_suffix(ns, M, "web")
+    for want in [f"kubectl get lease -n {ns} lock-tfstate-default-{suffix} -o yaml",
+                 "\"$IMAGE\" force-unlock -force lock-web-1",
+                 "could not read the pinned image"]:
+        assert want in res.stdout, f"missing {want!r} in\n{res.stdout}"
+    # the 403 on the Secret is a real answer of the API server, and explain says so
+    assert "403" in res.stdout or "forbidden" in res.stdout.lower(), res.stdout
+    res = run_cli(kc, "explain", "terraformmachines/stale", "-n", ns)
+    assert res.returncode == 0 and "own_stale lock" in res.stdout, res.stdout + res.stderr
+
+    # what the API server recorded for these commands: reads only, one refusal (the Secret)
+    reqs = cp.requests_of(install.user, since)
+    assert reqs, "the audit log shows the commands' requests"
+    assert {r["verb"] for r in reqs} <= {"get", "list", "watch"}, {r["verb"] for r in reqs}
+    refused = [(r["verb"], r["objectRef"].get("resource"), r["responseStatus"]["code"]) for r in reqs
+               if r.get("responseStatus", {}).get("code") in (401, 403)]
+    assert refused and all(res_ == "secrets" and code == 403 for _, res_, code in refused), refused

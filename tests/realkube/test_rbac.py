@@ -1,0 +1,123 @@
+"""The exporter as a cluster runs it: the chart's ServiceAccount, ClusterRole and binding (rendered by
+the real Helm engine) applied to a real RBAC-enforcing API server, a TokenRequest token, TLS verified
+against the cluster's CA.  The audit log proves what it asked for; a removed rule shows up as
+watch_up 0 for that resource, a log line, and everything else still served."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Callable
+
+from conftest import REPORT, RESOURCES, audit_summary, install_chart, wait_all_up
+from pykit.builders import force_unlock_event, lock_lease, pod, runner_pod_name, terraform_object
+from pykit.controlplane import ControlPlane, Kube
+from pykit.exporter import E, Exporter, wait_metric, wait_samples
+from pykit.net import wait_for
+
+M = "TerraformMachine"
+
+
+def scenario(kube: Kube, ns: str) -> None:
+    kube.create(terraform_object(M, ns, "web"))
+    kube.create(terraform_object(M, ns, "live"))
+    kube.create(lock_lease(ns, M, "web", who="alice@laptop"))
+    p = runner_pod_name(M, "live")
+    kube.create(pod(ns, p, "Running", kind=M, owner="live"))
+    kube.create(lock_lease(ns, M, "live", who=f"root@{p}"))
+    kube.create(lock_lease(ns, M, "gone", who=f"root@{runner_pod_name(M, 'gone')}"))
+    kube.create(force_unlock_event(ns, M, "web", "captf-m-web-apply-a1-abc123"))
+
+
+def test_chart_rbac_is_enough_and_only_reads(cp: ControlPlane, kube: Kube, ns: str, install,
+                                            start_exporter: Callable[..., Exporter]) -> None:
+    assert sorted(o["kind"] for o in install.objects) == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
+    since = time.time() - 1
+    exp = start_exporter()
+    scenario(kube, ns)
+    wait_samples(exp, [
+        E("captf_state_lock_info", 1, namespace=ns, kind=M, name="web", **{"class": "foreign"}),
+        E("captf_state_lock_info", 1, namespace=ns, kind=M, name="live", **{"class": "own_live"}),
+        E("captf_state_lock_info", 1, namespace=ns, kind=M, name="gone", **{"class": "own_stale"}),
+        E("captf_state_lock_force_unlocks_total", 1, namespace=ns, kind=M, name="web"),
+    ], 30, "the scenario through the chart's RBAC")
+    assert exp.get("/readyz").status_code == 200
+    m = exp.scrape()
+    for r in RESOURCES:
+        assert m.get("captf_lock_exporter_watch_up", resource=r) == 1, r
+        for reason in ("forbidden", "unauthorized"):
+            assert m.get("captf_lock_exporter_watch_errors_total", resource=r, reason=reason) == 0, (r, reason)
+    exp.stop()
+    s = audit_summary(cp, install.user, since)
+    REPORT["audit_chart_rbac"] = s
+    assert s["requests"] > 0
+    assert set(s["by_verb"]) <= {"get", "list", "watch"}, s["by_verb"]
+    assert {"get", "list", "watch"} <= set(s["by_verb"]), s["by_verb"]  # the pod GET is a get
+    assert s["refused"] == [], s["refused"]
+    # every request went to the seven resources (or discovery), never anywhere else
+    for r in cp.requests_of(install.user, since):
+        ref = r.get("objectRef") or {}
+        assert not ref or ref.get("resource") in RESOURCES, r["requestURI"]
+
+
+def test_namespaced_install(cp: ControlPlane, kube: Kube, namespace_factory,
+                            start_exporter: Callable[..., Exporter]) -> None:
+    a, b, c = namespace_factory("ns-a"), namespace_factory("ns-b"), namespace_factory("ns-c")
+    inst = install_chart(kube, {"watchNamespaces": [a, b], "fullnameOverride": "lock-exporter-ns"}, name="nsmode")
+    kinds = sorted(o["kind"] for o in inst.objects)
+    assert kinds == ["Role", "Role", "RoleBinding", "RoleBinding", "ServiceAccount"], kinds
+    for n in (a, b, c):
+        kube.create(terraform_object(M, n, "web"))
+        kube.create(lock_lease(n, M, "web", who="alice@laptop"))
+    since = time.time() - 1
+    exp = start_exporter(token=inst.token, extra_args=("--namespaces", f"{a},{b}"))
+    m = wait_samples(exp, [
+        E("captf_state_lock_held", 1, namespace=a, kind=M, name="web"),
+        E("captf_state_lock_held", 1, namespace=b, kind=M, name="web"),
+    ], 30, "both watched namespaces")
+    assert m.all("captf_state_lock_held", namespace=c) == [], "an unwatched namespace is not reported"
+    assert m.get("captf_state_locks_held", **{"class": "foreign"}) == 2
+    exp.stop()
+    s = audit_summary(cp, inst.user, since)
+    REPORT["audit_namespaced_install"] = s
+    assert s["refused"] == [], s["refused"]
+    assert set(s["by_verb"]) <= {"get", "list", "watch"}, s["by_verb"]
+    for r in cp.requests_of(inst.user, since):
+        ref = r.get("objectRef") or {}
+        if ref:
+            assert ref.get("namespace") in (a, b), r["requestURI"]
+
+
+def test_removed_rule_is_reported_and_the_rest_keeps_serving(cp: ControlPlane, kube: Kube, ns: str,
+                                                             start_exporter: Callable[..., Exporter]) -> None:
+    inst = install_chart(kube, {"fullnameOverride": "lock-exporter-cut"}, name="cut")
+    (role,) = inst.of_kind("ClusterRole")
+    exp = start_exporter(token=inst.token)
+    kube.create(terraform_object(M, ns, "web"))
+    kube.create(lock_lease(ns, M, "web", who="alice@laptop"))
+    wait_samples(exp, [E("captf_state_lock_held", 1, namespace=ns, kind=M, name="web")], 30, "before the cut")
+
+    cut = json.loads(json.dumps(role))
+    cut["rules"] = [r for r in cut["rules"] if r["apiGroups"] != ["events.k8s.io"]]
+    assert len(cut["rules"]) == len(role["rules"]) - 1
+    kube.apply(cut)
+    t0 = time.monotonic()
+    # the open watch keeps running until the server ends it (timeoutSeconds); the next request is refused
+    m = wait_samples(exp, [E("captf_lock_exporter_watch_up", 0, resource="events")], 150,
+                     "watch_up{resource=events} 0 after its RBAC rule was removed")
+    REPORT["rbac_cut_noticed_after_s"] = round(time.monotonic() - t0, 1)
+    assert m.get("captf_lock_exporter_watch_errors_total", resource="events", reason="forbidden") >= 1
+    for r in RESOURCES:
+        if r != "events":
+            assert m.get("captf_lock_exporter_watch_up", resource=r) == 1, r
+    logs = [l for l in exp.json_logs() if "access denied" in json.dumps(l) and "events" in json.dumps(l)]
+    assert logs, "a log line naming the resource whose access was denied"
+    # the rest keeps serving: a lock taken now is reported, /readyz stays 200
+    kube.create(terraform_object(M, ns, "db"))
+    kube.create(lock_lease(ns, M, "db", who="bob@desk"))
+    wait_samples(exp, [E("captf_state_lock_held", 1, namespace=ns, kind=M, name="db")], 30,
+                 "a new lock served while events are forbidden")
+    assert exp.get("/readyz").status_code == 200
+    # the rule back: the watch recovers
+    kube.apply(role)
+    wait_all_up(exp, timeout=120)

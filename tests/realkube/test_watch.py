@@ -1,0 +1,232 @@
+"""Real watch behaviour (docs/contract.md 8.1): lists paged with limit/continue, quiet watches kept
+alive by bookmarks past timeoutSeconds without a relist, an etcd compaction plus a kube-apiserver
+restart forcing a relist (410), an etcd restart, a kube-apiserver restart.  After each the exposition
+converges to the truth; the convergence times and the audit-log counts go into the session report."""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import requests
+
+from conftest import REPORT, RESOURCES, wait_all_up
+from pykit.builders import lease, lease_name, lock_lease, pod, runner_pod_name, state_suffix, terraform_object
+from pykit.controlplane import ControlPlane, Kube
+from pykit.exporter import E, Exporter, Metrics, wait_metric, wait_samples
+
+M = "TerraformMachine"
+
+
+def _query(uri: str) -> dict[str, list[str]]:
+    return urllib.parse.parse_qs(urllib.parse.urlparse(uri).query)
+
+
+def lists_and_watches(cp: ControlPlane, user: str, since: float) -> dict[str, dict[str, list[dict]]]:
+    out: dict[str, dict[str, list[dict]]] = {r: {"list": [], "watch": []} for r in RESOURCES}
+    for r in cp.requests_of(user, since):
+        res = (r.get("objectRef") or {}).get("resource")
+        if res in out and r["verb"] in ("list", "watch"):
+            out[res][r["verb"]].append(r)
+    return out
+
+
+def errors(m: Metrics) -> dict[tuple[str, str], float]:
+    return {(l["resource"], l["reason"]): v for l, v in m.all("captf_lock_exporter_watch_errors_total") if v}
+
+
+def create_parallel(cp: ControlPlane, objs: list[dict[str, Any]], workers: int = 6) -> None:
+    local = threading.local()
+
+    def one(o: dict[str, Any]) -> None:
+        if not hasattr(local, "kube"):
+            local.kube = Kube(cp.url, cp.admin_token, cp.ca_file)
+        local.kube.create(o)
+    with ThreadPoolExecutor(workers) as ex:
+        list(ex.map(one, objs))
+
+
+def test_lists_of_more_than_500_are_paged(cp: ControlPlane, kube: Kube, ns: str, install,
+                                          start_exporter: Callable[..., Exporter]) -> None:
+    n = 620
+    held = 40
+    objs: list[dict[str, Any]] = []
+    for i in range(n):
+        name = f"m{i:04d}"
+        objs.append(terraform_object(M, ns, name))
+        if i < held:
+            objs.append(lock_lease(ns, M, name, who=f"alice@ws{i}"))
+        else:
+            objs.append(lease(ns, state_suffix(ns, M, name), owner_kind=M, owner_name=name))
+        objs.append(pod(ns, runner_pod_name(M, name, "plan", 1), "Pending", kind=M, owner=name))
+    t = time.monotonic()
+    create_parallel(cp, objs)
+    REPORT["paging_objects_created"] = {"objects": len(objs), "seconds": round(time.monotonic() - t, 1)}
+    since = time.time() - 1
+    t = time.monotonic()
+    exp = start_exporter()
+    m = wait_metric(exp, lambda m: len(m.all("captf_state_lock_held", namespace=ns)) == n
+                    and m.get("captf_state_locks_held", **{"class": "foreign"}) == held, 120,
+                    f"{n} objects and {held} held locks")
+    REPORT["paging_first_sync_s"] = round(time.monotonic() - t, 1)
+    assert sum(1 for _, v in m.all("captf_state_lock_held", namespace=ns) if v == 1) == held
+    lw = lists_and_watches(cp, install.user, since)
+    pages: dict[str, Any] = {}
+    for r in ("leases", "pods", "terraformmachines"):
+        ls = lw[r]["list"]
+        limits = {q.get("limit", [""])[0] for q in (_query(x["requestURI"]) for x in ls)}
+        conts = [x for x in ls if "continue" in _query(x["requestURI"])]
+        pages[r] = {"list_requests": len(ls), "with_continue": len(conts), "limit": sorted(limits)}
+        assert conts, f"{r}: {n} objects listed without a continue token: {[x['requestURI'] for x in ls]}"
+        assert all(x["responseStatus"]["code"] == 200 for x in ls), r
+    REPORT["paging"] = pages
+
+
+def test_quiet_watch_kept_alive_by_bookmarks(cp: ControlPlane, kube: Kube, ns: str, install,
+                                             start_exporter: Callable[..., Exporter]) -> None:
+    """Nothing changes for more than two server-side watch timeouts: each watch is ended by the
+    server and resumed from a newer resourceVersion (a bookmark's), never relisted; watch_up stays 1."""
+    kube.create(terraform_object(M, ns, "web"))
+    kube.create(lock_lease(ns, M, "web", who="alice@laptop"))
+    exp = start_exporter()
+    wait_samples(exp, [E("captf_state_lock_held", 1, namespace=ns, kind=M, name="web")], 30, "synced")
+    m0 = exp.scrape()
+    since = time.time()
+    t0 = time.monotonic()
+    downs: list[tuple[float, str]] = []
+
+    def resumed_twice() -> bool:
+        m = exp.scrape()
+        for r in RESOURCES:
+            if m.get("captf_lock_exporter_watch_up", resource=r) != 1:
+                downs.append((time.monotonic() - t0, r))
+        lw = lists_and_watches(cp, install.user, since)
+        return all(len(lw[r]["watch"]) >= 2 for r in RESOURCES)
+    from pykit.net import wait_for
+    wait_for(resumed_twice, 240, "two watch restarts per resource", interval=1.0)
+    window = time.monotonic() - t0
+    m1 = exp.scrape()
+    lw = lists_and_watches(cp, install.user, since)
+    assert downs == [], f"watch_up dropped during a quiet period: {downs[:10]}"
+    assert all(lw[r]["list"] == [] for r in RESOURCES), {r: len(lw[r]["list"]) for r in RESOURCES}
+    assert errors(m1) == errors(m0), (errors(m0), errors(m1))
+    # contract 7.4: the last success moves with watch starts and bookmarks, also when nothing changes
+    for r in RESOURCES:
+        before = m0.get("captf_lock_exporter_watch_last_success_timestamp_seconds", resource=r)
+        after = m1.get("captf_lock_exporter_watch_last_success_timestamp_seconds", resource=r)
+        assert before and after and after >= before + 50, (r, before, after)
+    detail = {}
+    advanced = 0
+    for r in RESOURCES:
+        qs = [_query(x["requestURI"]) for x in lw[r]["watch"]]
+        assert all(q.get("allowWatchBookmarks") == ["true"] for q in qs), (r, qs)
+        rvs = [int(q["resourceVersion"][0]) for q in qs if q.get("resourceVersion")]
+        assert len(rvs) == len(qs), (r, qs)
+        detail[r] = {"watches": len(qs), "resourceVersions": rvs, "timeoutSeconds": qs[0].get("timeoutSeconds")}
+        advanced += rvs[-1] > rvs[0]
+    # the kube-apiserver's own identity Lease renews every 10 s, so the store's revision moves while
+    # none of the exporter's objects change: a watch resumed from a newer revision got a bookmark
+    assert advanced >= 1, detail
+    reqs = cp.requests_of(install.user, since)
+    REPORT["quiet_watch"] = {"window_s": round(window, 1), "resumed_from_newer_rv": advanced,
+                             "requests": len(reqs), "requests_per_minute_at_rest": round(len(reqs) / window * 60, 1),
+                             "detail": {r: {k: v for k, v in d.items() if k != "resourceVersions"}
+                                        for r, d in detail.items()}}
+
+
+def _restart_scenario(cp: ControlPlane, kube: Kube, ns: str, exp: Exporter, what: str,
+                      disrupt: Callable[[], None], expect_down: bool) -> dict[str, Any]:
+    """Lock ``before`` held; ``disrupt()``; then release ``before`` and take ``after``; measure until
+    the exposition shows both and every watch is up."""
+    kube.create(terraform_object(M, ns, "before"))
+    kube.create(terraform_object(M, ns, "after"))
+    kube.create(lock_lease(ns, M, "before", who="alice@laptop"))
+    kube.create(lease(ns, state_suffix(ns, M, "after"), owner_kind=M, owner_name="after"))
+    wait_samples(exp, [E("captf_state_lock_held", 1, namespace=ns, kind=M, name="before"),
+                       E("captf_state_lock_held", 0, namespace=ns, kind=M, name="after")], 30, "before")
+    wait_all_up(exp)
+    m0 = exp.scrape()
+    t_disrupt = time.monotonic()
+    disrupt()
+    t_back = time.monotonic()
+    kube.release_lock(ns, lease_name(state_suffix(ns, M, "before")))
+    kube.patch("leases", ns, lease_name(state_suffix(ns, M, "after")), {
+        "metadata": {"annotations": {"app.terraform.io/lock-info":
+                                     '{"ID":"x1","Operation":"OperationTypeApply","Info":"","Who":"bob@desk",'
+                                     '"Version":"1.9.8","Created":"2026-01-01T00:00:00Z","Path":""}'}},
+        "spec": {"holderIdentity": "x1"}})
+    wait_samples(exp, [E("captf_state_lock_held", 0, namespace=ns, kind=M, name="before"),
+                       E("captf_state_lock_held", 1, namespace=ns, kind=M, name="after")], 120,
+                 f"the changes after {what}")
+    t_data = time.monotonic()
+    wait_all_up(exp, timeout=120)
+    t_up = time.monotonic()
+    m1 = exp.scrape()
+    delta = {k: v - errors(m0).get(k, 0) for k, v in errors(m1).items() if v - errors(m0).get(k, 0)}
+    out = {"outage_s": round(t_back - t_disrupt, 1), "data_converged_after_back_s": round(t_data - t_back, 2),
+           "all_watch_up_after_back_s": round(t_up - t_back, 2),
+           "watch_errors_delta": {f"{r}/{reason}": v for (r, reason), v in sorted(delta.items())}}
+    REPORT.setdefault("restarts", {})[what] = out
+    return out
+
+
+def test_kube_apiserver_restart(cp: ControlPlane, kube: Kube, ns: str, install, exporter: Exporter) -> None:
+    since = time.time()
+
+    def restart() -> None:
+        cp.stop_apiserver()
+        # the exporter notices the dead server: watch_up 0 (contract 8.1)
+        wait_metric(exporter, lambda m: all(m.get("captf_lock_exporter_watch_up", resource=r) == 0
+                                            for r in RESOURCES), 90, "watch_up 0 while kube-apiserver is down")
+        # contract 8.2: after start-up /readyz stays 200 and names every watch that is not up
+        ready = exporter.get("/readyz")
+        assert ready.status_code == 200, (ready.status_code, ready.text)
+        assert all(r in ready.text for r in RESOURCES), ready.text
+        cp.start_apiserver()
+    out = _restart_scenario(cp, kube, ns, exporter, "kube-apiserver restart", restart, True)
+    assert any(k.endswith("/transport") for k in out["watch_errors_delta"]), out
+    lw = lists_and_watches(cp, install.user, since)
+    out["relisted"] = [r for r in RESOURCES if lw[r]["list"]]
+
+
+def test_etcd_restart(cp: ControlPlane, kube: Kube, ns: str, install, exporter: Exporter) -> None:
+    since = time.time()
+
+    def restart() -> None:
+        cp.stop_etcd()
+        # kube-apiserver stays up and says etcd is gone
+        from pykit.net import wait_for
+        wait_for(lambda: kube.get("/readyz", timeout=5).status_code != 200, 60, "kube-apiserver not ready")
+        cp.start_etcd()
+        cp.wait_ready()
+    out = _restart_scenario(cp, kube, ns, exporter, "etcd restart", restart, False)
+    lw = lists_and_watches(cp, install.user, since)
+    out["relisted"] = [r for r in RESOURCES if lw[r]["list"]]
+
+
+def test_compaction_and_apiserver_restart_force_a_relist(cp: ControlPlane, kube: Kube, ns: str, install,
+                                                         exporter: Exporter) -> None:
+    since = time.time()
+    info: dict[str, Any] = {}
+
+    def compact_and_restart() -> None:
+        cp.stop_apiserver()
+        # move etcd's revision past everything the exporter saw, then compact it away
+        r = requests.post(cp.etcd.url + "/v3/kv/put", json={"key": base64.b64encode(b"/captf-test/bump").decode(),
+                                                             "value": base64.b64encode(b"x").decode()}, timeout=10)
+        r.raise_for_status()
+        info["compacted_at"] = cp.compact_etcd()
+        cp.start_apiserver()
+    out = _restart_scenario(cp, kube, ns, exporter, "etcd compaction + kube-apiserver restart",
+                            compact_and_restart, True)
+    lw = lists_and_watches(cp, install.user, since)
+    relisted = [r for r in RESOURCES if lw[r]["list"]]
+    gone_watches = [r for r in RESOURCES for w in lw[r]["watch"] if (w.get("responseStatus") or {}).get("code") == 410]
+    out.update(relisted=relisted, compacted_at=info["compacted_at"], http_410_watches=sorted(set(gone_watches)))
+    assert set(relisted) == set(RESOURCES), f"every resource must relist after its resourceVersion expired: {out}"
+    assert any(k.endswith("/gone") for k in out["watch_errors_delta"]), \
+        f"410 must be counted as reason=gone (docs/contract.md 7.4): {out}"
