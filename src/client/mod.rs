@@ -60,7 +60,7 @@ pub struct Tuning {
 impl Tuning {
     /// Production values: a silent connection is found within 45 s.
     pub const DEFAULT: Tuning = Tuning {
-        connect_timeout: Duration::from_secs(10),
+        connect_timeout: Duration::from_secs(5),
         tcp_keepalive: Duration::from_secs(15),
         tcp_keepalive_interval: Duration::from_secs(5),
         tcp_keepalive_retries: 3,

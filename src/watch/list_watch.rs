@@ -249,6 +249,7 @@ where
         if relist_by.is_some() {
             version = None;
         }
+        let attempt = Instant::now();
         let rv = match version.take() {
             Some(rv) => rv,
             None => match list(&mut sink, &api, &selectors, timing, &trim).await {
@@ -261,7 +262,7 @@ where
                 Err(Failed::Api(err)) if !synced && give_up(&err) => return Exit::GaveUp(err),
                 Err(f) => {
                     sink.failure(f.reason(), "list", &f);
-                    pause(shared, &mut backoff, f.reason()).await;
+                    pause(shared, &mut backoff, f.reason(), attempt.elapsed()).await;
                     continue;
                 }
             },
@@ -271,6 +272,7 @@ where
             tokio::time::sleep_until(at + timing.watch_min_interval).await;
         }
         last_watch = Some(Instant::now());
+        let attempt = Instant::now();
         match watch(
             &mut sink,
             &api,
@@ -291,21 +293,25 @@ where
                 if f.reason() != ErrorReason::Gone {
                     version = resume;
                 }
-                pause(shared, &mut backoff, f.reason()).await;
+                pause(shared, &mut backoff, f.reason(), attempt.elapsed()).await;
             }
         }
     }
 }
 
 /// Waits before the next attempt after a failure of `reason`: the
-/// backoff, or longer when the API server asked for it (Retry-After on a
-/// 429 or 503, capped). A timeout first drops the pooled connections: the
-/// one that did not answer may be half-open, and the next try must dial.
-async fn pause(shared: &Shared, backoff: &mut Backoff, reason: ErrorReason) {
+/// backoff, less the time the failed attempt already took (a request that
+/// timed out has waited long enough: the server is not asked more often
+/// than the backoff says, and a server that comes back is seen within one
+/// connect timeout), or longer when the API server asked for it
+/// (Retry-After on a 429 or 503, capped). A timeout first drops the pooled
+/// connections: the one that did not answer may be half-open, and the
+/// next try must dial.
+async fn pause(shared: &Shared, backoff: &mut Backoff, reason: ErrorReason, took: Duration) {
     if reason == ErrorReason::Timeout {
         shared.api.reset_connections();
     }
-    let mut wait = backoff.next(reason);
+    let mut wait = backoff.next(reason).saturating_sub(took);
     if matches!(reason, ErrorReason::Throttled | ErrorReason::ServerError) {
         if let Some(asked) = shared.api.retry_after_remaining() {
             wait = wait.max(asked);

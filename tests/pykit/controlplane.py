@@ -73,6 +73,9 @@ def _write_pki(d: Path) -> None:
 
     now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
     later = now + dt.timedelta(days=2)
+    pem = serialization.Encoding.PEM
+    pk = dict(encoding=pem, format=serialization.PrivateFormat.PKCS8,
+              encryption_algorithm=serialization.NoEncryption())
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "captf-test-ca")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
@@ -100,10 +103,9 @@ def _write_pki(d: Path) -> None:
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    pk = dict(encoding=pem, format=serialization.PrivateFormat.PKCS8,
-              encryption_algorithm=serialization.NoEncryption())
     (d / "ca.crt").write_bytes(ca.public_bytes(pem))
+    # kept so the tests can issue client certificates (--client-ca-file is this CA)
+    (d / "ca.key").write_bytes(ca_key.private_bytes(**pk))
     (d / "apiserver.crt").write_bytes(cert.public_bytes(pem))
     (d / "apiserver.key").write_bytes(key.private_bytes(**pk))
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -183,6 +185,7 @@ class KubeApiserver(ManagedProcess):
             f"--service-account-key-file={w / 'sa.key'}",
             f"--service-account-signing-key-file={w / 'sa.key'}",
             f"--token-auth-file={w / 'tokens.csv'}",
+            f"--client-ca-file={w / 'ca.crt'}",
             "--authorization-mode=RBAC",
             "--disable-admission-plugins=ServiceAccount",
             "--endpoint-reconciler-type=none",
@@ -553,3 +556,30 @@ class Kube:
         body = json.loads(json.dumps(obj))
         body["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
         return self.request("PUT", self.path(res, ns, name), json=body).json()
+
+
+def client_certificate(workdir: Path, user: str, groups: Iterable[str] = ()) -> tuple[Path, Path]:
+    """A client certificate for ``user`` (CN) in ``groups`` (O), signed by the control plane's CA
+    (its --client-ca-file): (cert, key) files in ``workdir``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca_cert = x509.load_pem_x509_certificate((workdir / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((workdir / "ca.key").read_bytes(), None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, user)]
+                     + [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(ca_cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    crt, pkey = workdir / f"{user}.crt", workdir / f"{user}.key"
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pkey.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    return crt, pkey
