@@ -4,7 +4,8 @@ Prometheus), torn down by PID whatever happens, and the logs of every process on
 The test runs once per stack flavour (pytest ids ``prom2`` and ``prom3``; select with ``-k``):
   prom2 -- Debian's Prometheus 2.42, promtool, Alertmanager 0.25 (apt), one exporter replica;
   prom3 -- Prometheus 3 and Alertmanager built from Go modules by tools/prometheus3/build.sh,
-           two exporter replicas (the second scraped through a recording pass-through).
+           two exporter replicas (the second scraped through a recording pass-through), fed by a
+           real kube-apiserver with the chart's RBAC (see ``kube_api``).
 
 Environment:
   EXPORTER_BIN  -- path of the exporter binary (default /work/main/target/debug/captf-lock-exporter).
@@ -32,6 +33,7 @@ from stack import Clock, Flavor, Stack, prom3_paths
 pytest_plugins = ("pykit.pytest_hooks",)
 
 LOG_TAIL_LINES = 150
+CRDS = Path(__file__).resolve().parent.parent / "crds"
 
 
 @pytest.fixture(params=["prom2", "prom3"])
@@ -71,11 +73,32 @@ def tools(flavor: Flavor) -> dict[str, str]:
 
 
 @pytest.fixture
-def kube_api() -> Callable[[Stack], Any]:
-    """How the stack gets its Kubernetes API: by default kmock's emulator with every resource the
-    exporter watches. A real API server replaces only this fixture: return a function that calls
-    ``stack.use_kube(api, kubeconfig)`` with a handle offering create/patch/release_lock."""
-    return lambda stack: stack.start_kube(ALL_RESOURCES)
+def kube_api(flavor: Flavor, tmp_path: Path) -> Iterator[Callable[[Stack], Any]]:
+    """How the stack gets its Kubernetes API.
+
+    prom2: kmock's emulator with every resource the exporter watches.
+    prom3: a real kube-apiserver + etcd (tests/pykit/controlplane.py; the binaries come from
+    tools/kube/build.sh, which the realkube stage runs first) with the CAPTF and CAPI CRDs, the
+    chart's ServiceAccount and RBAC applied, and the replicas reading a kubeconfig with that
+    account's TokenRequest token and the cluster's CA (TLS verified)."""
+    if flavor.id != "prom3":
+        yield lambda stack: stack.start_kube(ALL_RESOURCES)
+        return
+    from pykit.chart import install_chart
+    from pykit.controlplane import ControlPlane
+
+    cp = ControlPlane(tmp_path / "controlplane")
+    try:
+        cp.start()
+        assert cp.kube is not None
+        cp.kube.apply_crds([CRDS / "terraform.yaml", CRDS / "capi-cluster.yaml"])
+        for ns in ("team-a", "team-b"):
+            cp.kube.namespace(ns)
+        install = install_chart(cp.kube, {})
+        kubeconfig = cp.kubeconfig(tmp_path / "kubeconfig", install.token)
+        yield lambda stack: stack.use_kube(cp.kube, kubeconfig)
+    finally:
+        cp.stop()
 
 
 @pytest.fixture
