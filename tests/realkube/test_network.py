@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import requests
 import yaml
 
 from pykit.builders import lease_name, lock_lease, state_suffix, terraform_object
 from pykit.controlplane import ControlPlane, KubeApiserver, Kube, client_certificate
 from pykit.diagnostics import log_section, on_failure
 from pykit.exporter import E, Exporter, exporter_bin, wait_metric, wait_samples
+from pykit.net import wait_for
 from pykit.tcpproxy import TcpProxy, host_port
 
 from conftest import REPORT, Install, wait_all_up
@@ -139,10 +141,14 @@ def test_failover_between_two_apiservers(cp: ControlPlane, kube: Kube, install: 
     b = second_apiserver(cp, tmp_path / "apiserver-b")
     try:
         probe = Kube(b.url, cp.admin_token, cp.ca_file)
-        deadline = time.monotonic() + 90
-        while probe.get("/readyz").status_code != 200:
-            assert time.monotonic() < deadline, "the second kube-apiserver did not become ready"
-            time.sleep(0.2)
+
+        def ready() -> bool:
+            b.check_alive()
+            try:
+                return probe.get("/readyz").status_code == 200
+            except requests.RequestException:
+                return False  # not listening yet
+        wait_for(ready, 90, "the second kube-apiserver /readyz", interval=0.2)
         exp = run(kubeconfig(cp, tmp_path / "kc", f"https://{proxy.address}", {"token": install.token}))
         wait_samples(exp, [held(ns, "web", 1)], 30, "the lock seen")
         # The load balancer fails over: new connections go to B, the old ones to A stay half-open.
