@@ -599,13 +599,14 @@ async def run(args, workdir: Path) -> int:
         async def relister():
             n = 1
             while True:
-                at = t0 + n * args.relist_minutes * 60
+                at = t0 + ((n - 1) * args.relist_minutes + (args.relist_first or args.relist_minutes)) * 60
                 if at >= t0 + args.minutes * 60 - 1:
                     return  # none at the very end of the churn: the quiet phase has no 410
                 await asyncio.sleep(max(0.0, at - time.monotonic()))
                 r = await soak.post("/_change/gone")
-                soak.cur().gone_sent += r.get("watches", 0)
-                log(f"minute {soak.minute}: every open watch ended with a 410 ({r.get('watches')} watches)")
+                n_min = minute_of(time.monotonic())
+                soak.minutes.setdefault(n_min, Minute()).gone_sent += r.get("watches", 0)
+                log(f"minute {n_min}: every open watch ended with a 410 ({r.get('watches')} watches)")
                 n += 1
 
         rows: list[tuple[int, str, Minute]] = []
@@ -764,6 +765,8 @@ def main() -> int:
     ap.add_argument("--held-fraction", type=float, default=0.1)
     ap.add_argument("--rate", type=float, default=2.0, help="changes per second during the churn")
     ap.add_argument("--relist-minutes", type=float, default=10, help="a 410 for every watch this often")
+    ap.add_argument("--relist-first", type=float, default=0,
+                    help="minute of the first of those 410s (default: --relist-minutes)")
     ap.add_argument("--poll", type=float, default=0.5, help="the shortest interval between two /metrics polls")
     ap.add_argument("--deadline", type=float, default=30, help="a transition not shown within this is missed")
     ap.add_argument("--quiet-deadline", type=float, default=120)
