@@ -12,7 +12,8 @@
 //! What it serves, for every resource of the exporter's resource table:
 //!
 //! - `GET <collection>` (all namespaces or one): a list, paginated by `limit`
-//!   and `continue` (the token is the offset);
+//!   and `continue` (the token is the list's resourceVersion and an offset;
+//!   every page carries the first page's resourceVersion);
 //! - `GET <collection>?watch=true&resourceVersion=R`: the changes after `R`,
 //!   then changes as they are made, a BOOKMARK every `--bookmark-seconds`,
 //!   closed after `timeoutSeconds`;
@@ -25,13 +26,28 @@
 //! Control endpoints (not Kubernetes):
 //!
 //! - `GET /_stats`: requests counted by verb and resource (and pod GETs
-//!   answered 404), as JSON;
+//!   answered 404, list starts, watches ended by timeout and by 410), as JSON;
 //! - `GET /_info`: the fleet: object counts and bytes per resource, and the
 //!   held locks with their holder type;
 //! - `POST /_change/release?lease=<ns>/<name>`: releases a held lock;
-//! - `POST /_change/pod-failed?pod=<ns>/<name>`: turns a pod Failed;
-//!   both are delivered on open watches as MODIFIED with a new
-//!   resourceVersion;
+//! - `POST /_change/lock?lease=<ns>/<name>&id=<lock ID>&who=<Who>[&created=<unix s>]`:
+//!   takes a free lock (lock-info with that ID and `Who`, `holderIdentity`
+//!   the ID; 409 when held);
+//! - `POST /_change/pod-failed?pod=<ns>/<name>`: turns a pod Failed
+//!   (`/_change/pod-phase?pod=…&phase=Running|Succeeded|Failed`: any phase);
+//! - `POST /_change/pod-create?i=<object>&attempt=<n>`: a Running runner pod
+//!   of object `i` (`captf-<k>-<name>-apply-a<n>-abc123-x7k2p`);
+//!   `POST /_change/pod-delete?pod=<ns>/<name>` deletes a pod;
+//! - `POST /_change/create?i=<object>`: object `i` of the fleet's generator
+//!   (`i` at or past `--objects` gives a new TerraformMachine) and its free
+//!   lock Lease; `POST /_change/delete?i=<object>` deletes both;
+//!   every change is delivered on open watches (MODIFIED, ADDED, DELETED)
+//!   with a new resourceVersion;
+//! - `POST /_change/gone`: every open watch ends with an ERROR event 410
+//!   Expired, so the client relists (a watch whose subscriber lags behind
+//!   the changes ends the same way);
+//! - `GET /_objects`: the live Terraform objects with their Lease and lock
+//!   (holder `Who`, lock ID), and the live pods with their phase;
 //! - `PUT /_static` stores a body that `GET /_static` then serves as is (the
 //!   bench's static-bytes anchor).
 //!
@@ -96,6 +112,17 @@ enum Holder {
     OwnGone,
     /// A workstation (`user@laptop-N`).
     Workstation,
+}
+
+/// A held lock: one of the fleet's, or one taken through `/_change/lock`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Lock {
+    Fleet(Holder),
+    Custom {
+        id: String,
+        who: String,
+        created: i64,
+    },
 }
 
 impl Holder {
@@ -209,10 +236,10 @@ fn uid(seed: &str) -> String {
     )
 }
 
-fn runner_pod(o: &Obj) -> String {
+fn runner_pod(o: &Obj, attempt: i32) -> String {
     format!(
         "{}-x7k2p",
-        job_name(o.kind.short(), &o.name, Op::Apply, 1, "abc123")
+        job_name(o.kind.short(), &o.name, Op::Apply, attempt, "abc123")
     )
 }
 
@@ -225,7 +252,7 @@ fn history_pod(o: &Obj) -> String {
 
 fn who(o: &Obj, i: usize, holder: Holder) -> String {
     match holder {
-        Holder::OwnAlive | Holder::OwnGone => format!("@{}", runner_pod(o)),
+        Holder::OwnAlive | Holder::OwnGone => format!("@{}", runner_pod(o, 1)),
         Holder::Workstation => format!("user{}@laptop-{}", i % 50, i % 200),
     }
 }
@@ -233,7 +260,7 @@ fn who(o: &Obj, i: usize, holder: Holder) -> String {
 const OWNER_KIND: &str = "captf.infrastructure.cluster.x-k8s.io/owner-kind";
 const OWNER_NAME: &str = "captf.infrastructure.cluster.x-k8s.io/owner-name";
 
-fn lease_json(f: &Fleet, i: usize, held: Option<Holder>, rv: u64) -> (String, String, Value) {
+fn lease_json(f: &Fleet, i: usize, held: Option<&Lock>, rv: u64) -> (String, String, Value) {
     let o = f.obj(i);
     let suffix = state_suffix(&o.namespace, o.kind, &o.name);
     let name = lock_lease_name(&suffix);
@@ -259,16 +286,32 @@ fn lease_json(f: &Fleet, i: usize, held: Option<Holder>, rv: u64) -> (String, St
     });
     let mut spec = json!({});
     let mut fields_meta = json!({});
-    if let Some(holder) = held {
-        let who = who(&o, i, holder);
-        let age = 60 + (i as i64 * 37) % 7200;
+    if let Some(lock) = held {
+        let (id, who, created, holder_identity) = match lock {
+            Lock::Fleet(holder) => {
+                let who = who(&o, i, *holder);
+                let age = 60 + (i as i64 * 37) % 7200;
+                (
+                    uid(&format!("{name}/{who}")),
+                    who,
+                    chrono::DateTime::from_timestamp(f.started - age, 315_668_626),
+                    uid(&format!("lock/{name}")),
+                )
+            }
+            Lock::Custom { id, who, created } => (
+                id.clone(),
+                who.clone(),
+                chrono::DateTime::from_timestamp(*created, 0),
+                id.clone(),
+            ),
+        };
         let info = json!({
-            "ID": uid(&format!("{name}/{who}")),
+            "ID": id,
             "Operation": "OperationTypeApply",
             "Info": "",
             "Who": who,
             "Version": "1.9.0",
-            "Created": chrono::DateTime::from_timestamp(f.started - age, 315_668_626)
+            "Created": created
                 .unwrap_or_default()
                 .to_rfc3339_opts(SecondsFormat::Nanos, true),
             "Path": "",
@@ -276,7 +319,7 @@ fn lease_json(f: &Fleet, i: usize, held: Option<Holder>, rv: u64) -> (String, St
         .to_string();
         meta["annotations"] = json!({ "app.terraform.io/lock-info": info });
         fields_meta["f:annotations"] = json!({".": {}, "f:app.terraform.io/lock-info": {}});
-        spec["holderIdentity"] = json!(uid(&format!("lock/{name}")));
+        spec["holderIdentity"] = json!(holder_identity);
     }
     fields_meta["f:labels"] = json!({".": {}});
     if let (Value::Object(dst), Value::Object(src)) =
@@ -303,12 +346,19 @@ fn lease_json(f: &Fleet, i: usize, held: Option<Holder>, rv: u64) -> (String, St
     (o.namespace, name, obj)
 }
 
-fn pod_json(f: &Fleet, i: usize, history: bool, phase: &str, rv: u64) -> (String, String, Value) {
+fn pod_json(
+    f: &Fleet,
+    i: usize,
+    history: bool,
+    attempt: i32,
+    phase: &str,
+    rv: u64,
+) -> (String, String, Value) {
     let o = f.obj(i);
     let name = if history {
         history_pod(&o)
     } else {
-        runner_pod(&o)
+        runner_pod(&o, attempt)
     };
     let job = name.rsplit_once('-').map_or(name.as_str(), |(j, _)| j);
     let job_uid = uid(&format!("job/{job}"));
@@ -559,17 +609,47 @@ fn event_json(f: &Fleet, e: usize, rv: u64) -> (String, String, Value) {
 // ---------------------------------------------------------------------------
 
 /// How to rebuild an item after a change.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum Gen {
-    Lease { i: usize, held: Option<Holder> },
-    Pod { i: usize, history: bool },
+    Lease {
+        i: usize,
+        held: Option<Lock>,
+    },
+    Pod {
+        i: usize,
+        history: bool,
+        attempt: i32,
+        phase: &'static str,
+    },
+    Terraform {
+        i: usize,
+    },
     Other,
+}
+
+impl Gen {
+    /// The object this generator gives at resourceVersion `rv`.
+    fn render(&self, f: &Fleet, rv: u64) -> Option<(String, String, Value)> {
+        Some(match self {
+            Gen::Lease { i, held } => lease_json(f, *i, held.as_ref(), rv),
+            Gen::Pod {
+                i,
+                history,
+                attempt,
+                phase,
+            } => pod_json(f, *i, *history, *attempt, phase, rv),
+            Gen::Terraform { i } => terraform_json(f, *i, rv),
+            Gen::Other => return None,
+        })
+    }
 }
 
 struct Item {
     ns: String,
     json: Bytes,
     generator: Gen,
+    /// Deleted (a tombstone: indices, and so continue tokens, stay put).
+    deleted: bool,
 }
 
 /// A change as delivered on watches.
@@ -612,6 +692,7 @@ impl Table {
             ns,
             json,
             generator,
+            deleted: false,
         });
     }
 
@@ -625,41 +706,35 @@ impl Table {
         }
     }
 
-    /// One list page: items `[offset, offset+limit)` of those in `ns`.
-    fn page(&self, ns: Option<&str>, offset: usize, limit: usize) -> Bytes {
-        let selected: Vec<&Item> = match ns {
-            None => self
-                .items
-                .iter()
-                .skip(offset)
-                .take(if limit == 0 { usize::MAX } else { limit })
-                .collect(),
-            Some(ns) => self
-                .items
-                .iter()
-                .filter(|it| it.ns == ns)
-                .skip(offset)
-                .take(if limit == 0 { usize::MAX } else { limit })
-                .collect(),
-        };
-        let total = match ns {
-            None => self.items.len(),
-            Some(ns) => self.items.iter().filter(|it| it.ns == ns).count(),
-        };
-        let end = offset + selected.len();
-        let cont = if limit != 0 && end < total {
-            format!(
-                ",\"continue\":\"{end}\",\"remainingItemCount\":{}",
-                total - end
-            )
+    /// One list page: up to `limit` live items in `ns` from raw index
+    /// `offset` on, as of the list's resourceVersion `rv`. The continue token
+    /// is `<rv>:<raw index>` (deleted items stay as tombstones, so an index
+    /// keeps its place); every page of a list carries the first page's
+    /// resourceVersion, from which the watch then replays what changed.
+    fn page(&self, ns: Option<&str>, offset: usize, limit: usize, rv: u64) -> Bytes {
+        let keep = |it: &Item| !it.deleted && ns.is_none_or(|n| it.ns == n);
+        let want = if limit == 0 { usize::MAX } else { limit };
+        let mut selected: Vec<&Item> = Vec::new();
+        let mut end = offset;
+        for (k, it) in self.items.iter().enumerate().skip(offset) {
+            if selected.len() == want {
+                break;
+            }
+            end = k + 1;
+            if keep(it) {
+                selected.push(it);
+            }
+        }
+        let remaining = self.items.iter().skip(end).filter(|it| keep(it)).count();
+        let cont = if limit != 0 && remaining > 0 {
+            format!(",\"continue\":\"{rv}:{end}\",\"remainingItemCount\":{remaining}")
         } else {
             String::new()
         };
         let head = format!(
-            "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{}\"{cont}}},\"items\":[",
+            "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"{cont}}},\"items\":[",
             self.resource.spec().kind,
             self.api_version(),
-            self.rv
         );
         let size = head.len() + selected.iter().map(|i| i.json.len() + 1).sum::<usize>() + 2;
         let mut out = BytesMut::with_capacity(size);
@@ -674,10 +749,13 @@ impl Table {
         out.freeze()
     }
 
+    /// Pre-assembles the all-namespace pages of the current items: valid
+    /// until the next change, which drops them (later lists assemble each
+    /// page when asked).
     fn assemble_pages(&mut self, limit: usize) {
         let mut offset = 0;
         loop {
-            let page = self.page(None, offset, limit);
+            let page = self.page(None, offset, limit, self.rv);
             self.pages.insert((offset, limit), page);
             offset += limit;
             if offset >= self.items.len() {
@@ -706,6 +784,12 @@ struct Store {
     bookmark_every: Duration,
     page_size: usize,
     held: Vec<Value>,
+    /// `/_change/gone`: every open watch ends with an ERROR 410 event.
+    gone: broadcast::Sender<()>,
+    /// Watches ended by `/_change/gone` (or a lagging subscriber), and at
+    /// their `timeoutSeconds`.
+    watches_gone: AtomicU64,
+    watches_timed_out: AtomicU64,
 }
 
 fn build(fleet: Fleet, page_size: usize, bookmark_every: Duration) -> Store {
@@ -721,7 +805,8 @@ fn build(fleet: Fleet, page_size: usize, bookmark_every: Duration) -> Store {
     let mut held = Vec::new();
     for i in 0..fleet.objects {
         let o = fleet.obj(i);
-        let lease = lease_json(&fleet, i, o.held, next());
+        let lock = o.held.map(Lock::Fleet);
+        let lease = lease_json(&fleet, i, lock.as_ref(), next());
         let resource = match o.kind {
             Kind::TerraformCluster => Resource::TerraformClusters,
             Kind::TerraformMachine => Resource::TerraformMachines,
@@ -734,27 +819,37 @@ fn build(fleet: Fleet, page_size: usize, bookmark_every: Duration) -> Store {
                 "kind": o.kind.as_str(),
                 "name": o.name,
                 "holder": holder.as_str(),
-                "pod": (holder != Holder::Workstation).then(|| format!("{}/{}", o.namespace, runner_pod(&o))),
+                "pod": (holder != Holder::Workstation).then(|| format!("{}/{}", o.namespace, runner_pod(&o, 1))),
             }));
         }
         if let Some(t) = tables.get_mut(&Resource::Leases) {
-            t.push(lease, Gen::Lease { i, held: o.held });
+            t.push(lease, Gen::Lease { i, held: lock });
         }
         let tf = terraform_json(&fleet, i, next());
         if let Some(t) = tables.get_mut(&resource) {
-            t.push(tf, Gen::Other);
+            t.push(tf, Gen::Terraform { i });
         }
         if let Some(t) = tables.get_mut(&Resource::Pods) {
             if o.held == Some(Holder::OwnAlive) {
                 t.push(
-                    pod_json(&fleet, i, false, "Running", next()),
-                    Gen::Pod { i, history: false },
+                    pod_json(&fleet, i, false, 1, "Running", next()),
+                    Gen::Pod {
+                        i,
+                        history: false,
+                        attempt: 1,
+                        phase: "Running",
+                    },
                 );
             }
             if fleet.has_history_pod(i) {
                 t.push(
-                    pod_json(&fleet, i, true, "Succeeded", next()),
-                    Gen::Pod { i, history: true },
+                    pod_json(&fleet, i, true, 1, "Succeeded", next()),
+                    Gen::Pod {
+                        i,
+                        history: true,
+                        attempt: 1,
+                        phase: "Succeeded",
+                    },
                 );
             }
         }
@@ -790,6 +885,9 @@ fn build(fleet: Fleet, page_size: usize, bookmark_every: Duration) -> Store {
         bookmark_every,
         page_size,
         held,
+        gone: broadcast::channel(16).0,
+        watches_gone: AtomicU64::new(0),
+        watches_timed_out: AtomicU64::new(0),
     }
 }
 
@@ -937,6 +1035,8 @@ impl Store {
             "list_starts": list_starts,
             "get_not_found": not_found,
             "watches_open": self.watches_open.load(Ordering::Relaxed),
+            "watches_ended_gone": self.watches_gone.load(Ordering::Relaxed),
+            "watches_ended_timeout": self.watches_timed_out.load(Ordering::Relaxed),
             "resource_version": self.rv.load(Ordering::Relaxed),
         })
     }
@@ -971,20 +1071,22 @@ impl Store {
         q: &HashMap<String, String>,
     ) -> Response<Body> {
         let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
-        let offset: usize = q
+        // The continue token: `<list resourceVersion>:<raw index>`.
+        let token = q
             .get("continue")
             .filter(|c| !c.is_empty())
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
+            .and_then(|c| c.split_once(':'))
+            .and_then(|(rv, off)| Some((rv.parse::<u64>().ok()?, off.parse::<usize>().ok()?)));
         let Some(table) = self.tables.get(&resource) else {
             return status(404, "NotFound", "not served");
         };
         let Ok(t) = table.read() else {
             return status(500, "InternalError", "poisoned");
         };
+        let (rv, offset) = token.unwrap_or((t.rv, 0));
         let body = match (ns, t.pages.get(&(offset, limit))) {
-            (None, Some(page)) => page.clone(),
-            _ => t.page(ns, offset, limit),
+            (None, Some(page)) if rv == t.rv => page.clone(),
+            _ => t.page(ns, offset, limit, rv),
         };
         full(StatusCode::OK, "application/json", body)
     }
@@ -1026,6 +1128,13 @@ impl Store {
             return status(500, "InternalError", "no table");
         };
         let mut sub = t.tx.subscribe();
+        let mut gone = self.gone.subscribe();
+        let expired = Bytes::from(format!(
+            "{}\n",
+            json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "message": format!("too old resource version: {from} ({})", t.rv),
+                "reason": "Expired", "code": 410}})
+        ));
         let matches = move |c: &Change, ns: &Option<String>| ns.as_ref().is_none_or(|n| *n == c.ns);
         let backlog: Vec<Change> = t
             .history
@@ -1054,8 +1163,16 @@ impl Store {
             }
             while open {
                 tokio::select! {
-                    _ = tokio::time::sleep_until(deadline) => break,
+                    _ = tokio::time::sleep_until(deadline) => {
+                        store.watches_timed_out.fetch_add(1, Ordering::Relaxed);
+                        break;
+                    }
                     _ = tx.closed() => break,
+                    _ = gone.recv() => {
+                        store.watches_gone.fetch_add(1, Ordering::Relaxed);
+                        let _ = tx.send(expired).await;
+                        break;
+                    }
                     _ = tick.tick(), if bookmarks => {
                         let line = store.tables.get(&resource).and_then(|t| t.read().ok().map(|t| t.bookmark()));
                         if let Some(line) = line {
@@ -1067,7 +1184,14 @@ impl Store {
                             last = c.rv;
                             open = tx.send(c.line).await.is_ok();
                         }
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Ok(_) => {}
+                        // Changes were lost to this watch: end it as an
+                        // API server would, so the client relists.
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            store.watches_gone.fetch_add(1, Ordering::Relaxed);
+                            let _ = tx.send(expired).await;
+                            break;
+                        }
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
                 }
@@ -1098,37 +1222,142 @@ impl Store {
         let Some(&k) = t.by_key.get(&(ns.to_owned(), name.to_owned())) else {
             return status(404, "NotFound", &format!("{key} not found"));
         };
-        let Some(generator) = edit(t.items[k].generator) else {
+        let Some(generator) = edit(t.items[k].generator.clone()) else {
             return status(409, "Conflict", &format!("{key} cannot change that way"));
         };
         let rv = self.rv.fetch_add(1, Ordering::SeqCst) + 1;
-        let f = &self.fleet;
-        let (_, _, obj) = match generator {
-            Gen::Lease { i, held } => lease_json(f, i, held, rv),
-            Gen::Pod { i, history } => pod_json(f, i, history, "Failed", rv),
-            Gen::Other => return status(409, "Conflict", "not changeable"),
+        let Some((_, _, obj)) = generator.render(&self.fleet, rv) else {
+            return status(409, "Conflict", "not changeable");
         };
         let json = Bytes::from(serde_json::to_vec(&obj).unwrap_or_default());
+        t.items[k].json = json.clone();
+        t.items[k].generator = generator;
+        Store::deliver(&mut t, "MODIFIED", rv, ns, &json);
+        json_reply(StatusCode::OK, &json!({"resourceVersion": rv.to_string()}))
+    }
+
+    /// Adds the object `generator` gives to `resource`, delivered as ADDED.
+    fn add(&self, resource: Resource, generator: Gen) -> Response<Body> {
+        let Some(Ok(mut t)) = self.tables.get(&resource).map(|t| t.write()) else {
+            return status(500, "InternalError", "no table");
+        };
+        let rv = self.rv.fetch_add(1, Ordering::SeqCst) + 1;
+        let Some((ns, name, obj)) = generator.render(&self.fleet, rv) else {
+            return status(409, "Conflict", "not creatable");
+        };
+        let key = (ns.clone(), name.clone());
+        if t.by_key.contains_key(&key) {
+            return status(409, "AlreadyExists", &format!("{ns}/{name} already exists"));
+        }
+        let json = Bytes::from(serde_json::to_vec(&obj).unwrap_or_default());
+        t.push((ns.clone(), name.clone(), obj), generator);
+        Store::deliver(&mut t, "ADDED", rv, &ns, &json);
+        json_reply(
+            StatusCode::OK,
+            &json!({"resourceVersion": rv.to_string(), "key": format!("{ns}/{name}")}),
+        )
+    }
+
+    /// Deletes item `key` of `resource` (it stays as a tombstone), delivered
+    /// as DELETED with the object at the deletion's resourceVersion.
+    fn delete(&self, resource: Resource, key: &str) -> Response<Body> {
+        let Some((ns, name)) = key.split_once('/') else {
+            return status(400, "BadRequest", "expected <namespace>/<name>");
+        };
+        let Some(Ok(mut t)) = self.tables.get(&resource).map(|t| t.write()) else {
+            return status(500, "InternalError", "no table");
+        };
+        let Some(k) = t.by_key.remove(&(ns.to_owned(), name.to_owned())) else {
+            return status(404, "NotFound", &format!("{key} not found"));
+        };
+        let rv = self.rv.fetch_add(1, Ordering::SeqCst) + 1;
+        let json = match t.items[k].generator.render(&self.fleet, rv) {
+            Some((_, _, obj)) => Bytes::from(serde_json::to_vec(&obj).unwrap_or_default()),
+            None => t.items[k].json.clone(),
+        };
+        t.items[k].deleted = true;
+        t.items[k].json = Bytes::new();
+        Store::deliver(&mut t, "DELETED", rv, ns, &json);
+        json_reply(StatusCode::OK, &json!({"resourceVersion": rv.to_string()}))
+    }
+
+    /// Records a change at `rv` in the table's history and sends it to the
+    /// open watches. The pre-assembled pages are dropped (later lists
+    /// assemble each page when asked).
+    fn deliver(t: &mut Table, kind: &str, rv: u64, ns: &str, json: &[u8]) {
         let mut line = BytesMut::with_capacity(json.len() + 32);
-        line.extend_from_slice(b"{\"type\":\"MODIFIED\",\"object\":");
-        line.extend_from_slice(&json);
+        line.extend_from_slice(format!("{{\"type\":\"{kind}\",\"object\":").as_bytes());
+        line.extend_from_slice(json);
         line.extend_from_slice(b"}\n");
         let change = Change {
             rv,
             ns: ns.to_owned(),
             line: line.freeze(),
         };
-        t.items[k].json = json;
-        t.items[k].generator = generator;
         t.rv = rv;
         t.history.push(change.clone());
-        let sizes: Vec<usize> = t.pages.keys().map(|(_, l)| *l).collect();
         t.pages.clear();
-        for limit in sizes.into_iter().collect::<std::collections::BTreeSet<_>>() {
-            t.assemble_pages(limit);
-        }
         let _ = t.tx.send(change);
-        json_reply(StatusCode::OK, &json!({"resourceVersion": rv.to_string()}))
+    }
+
+    /// The live Terraform objects with their lock Lease and lock state, and
+    /// the live pods (`GET /_objects`, for the soak driver).
+    fn objects(&self) -> Value {
+        let f = &self.fleet;
+        let mut objects = Vec::new();
+        let mut pods = Vec::new();
+        if let Some(Ok(t)) = self.tables.get(&Resource::Leases).map(|t| t.read()) {
+            for it in t.items.iter().filter(|it| !it.deleted) {
+                let Gen::Lease { i, held } = &it.generator else {
+                    continue;
+                };
+                let o = f.obj(*i);
+                let lease = lock_lease_name(&state_suffix(&o.namespace, o.kind, &o.name));
+                let (who, id) = match held {
+                    None => (None, None),
+                    Some(Lock::Fleet(h)) => {
+                        let w = who(&o, *i, *h);
+                        (Some(w.clone()), Some(uid(&format!("{lease}/{w}"))))
+                    }
+                    Some(Lock::Custom { id, who, .. }) => (Some(who.clone()), Some(id.clone())),
+                };
+                objects.push(json!({
+                    "i": i, "namespace": o.namespace, "kind": o.kind.as_str(), "name": o.name,
+                    "lease": format!("{}/{lease}", o.namespace), "held": held.is_some(),
+                    "who": who, "lock_id": id,
+                }));
+            }
+        }
+        if let Some(Ok(t)) = self.tables.get(&Resource::Pods).map(|t| t.read()) {
+            for it in t.items.iter().filter(|it| !it.deleted) {
+                if let Gen::Pod {
+                    i,
+                    history,
+                    attempt,
+                    phase,
+                } = &it.generator
+                {
+                    let o = f.obj(*i);
+                    let name = if *history {
+                        history_pod(&o)
+                    } else {
+                        runner_pod(&o, *attempt)
+                    };
+                    pods.push(json!({"i": i, "pod": format!("{}/{name}", o.namespace),
+                        "history": history, "attempt": attempt, "phase": phase}));
+                }
+            }
+        }
+        json!({"objects": objects, "pods": pods})
+    }
+
+    /// The Terraform resource of object `i` (created objects are machines).
+    fn terraform_resource(&self, i: usize) -> Resource {
+        match self.fleet.obj(i).kind {
+            Kind::TerraformCluster => Resource::TerraformClusters,
+            Kind::TerraformMachine => Resource::TerraformMachines,
+            Kind::TerraformMachinePool => Resource::TerraformMachinePools,
+        }
     }
 
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
@@ -1157,6 +1386,7 @@ impl Store {
                 }
                 return json_reply(StatusCode::OK, &json!({"bytes": n}));
             }
+            (Method::GET, "/_objects") => return json_reply(StatusCode::OK, &self.objects()),
             (Method::POST, "/_change/release") => {
                 let key = q.get("lease").cloned().unwrap_or_default();
                 return self.change(Resource::Leases, &key, |g| match g {
@@ -1164,12 +1394,110 @@ impl Store {
                     _ => None,
                 });
             }
-            (Method::POST, "/_change/pod-failed") => {
-                let key = q.get("pod").cloned().unwrap_or_default();
-                return self.change(Resource::Pods, &key, |g| match g {
-                    g @ Gen::Pod { .. } => Some(g),
+            (Method::POST, "/_change/lock") => {
+                let key = q.get("lease").cloned().unwrap_or_default();
+                let (Some(id), Some(who)) = (q.get("id"), q.get("who")) else {
+                    return status(400, "BadRequest", "lock needs id and who");
+                };
+                let created = q
+                    .get("created")
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or_else(|| Utc::now().timestamp());
+                let lock = Lock::Custom {
+                    id: id.clone(),
+                    who: who.clone(),
+                    created,
+                };
+                return self.change(Resource::Leases, &key, |g| match g {
+                    Gen::Lease { i, held: None } => Some(Gen::Lease {
+                        i,
+                        held: Some(lock),
+                    }),
                     _ => None,
                 });
+            }
+            (Method::POST, "/_change/pod-failed" | "/_change/pod-phase") => {
+                let key = q.get("pod").cloned().unwrap_or_default();
+                let new_phase = match q.get("phase").map(String::as_str) {
+                    None | Some("Failed") => "Failed",
+                    Some("Succeeded") => "Succeeded",
+                    Some("Running") => "Running",
+                    Some(p) => return status(400, "BadRequest", &format!("phase {p}?")),
+                };
+                return self.change(Resource::Pods, &key, |g| match g {
+                    Gen::Pod {
+                        i,
+                        history,
+                        attempt,
+                        ..
+                    } => Some(Gen::Pod {
+                        i,
+                        history,
+                        attempt,
+                        phase: new_phase,
+                    }),
+                    _ => None,
+                });
+            }
+            (Method::POST, "/_change/pod-create") => {
+                let (Some(i), Some(attempt)) = (
+                    q.get("i").and_then(|v| v.parse().ok()),
+                    q.get("attempt").and_then(|v| v.parse().ok()),
+                ) else {
+                    return status(400, "BadRequest", "pod-create needs i and attempt");
+                };
+                return self.add(
+                    Resource::Pods,
+                    Gen::Pod {
+                        i,
+                        history: false,
+                        attempt,
+                        phase: "Running",
+                    },
+                );
+            }
+            (Method::POST, "/_change/pod-delete") => {
+                let key = q.get("pod").cloned().unwrap_or_default();
+                return self.delete(Resource::Pods, &key);
+            }
+            (Method::POST, "/_change/create") => {
+                let Some(i) = q.get("i").and_then(|v| v.parse().ok()) else {
+                    return status(400, "BadRequest", "create needs i");
+                };
+                let r = self.add(self.terraform_resource(i), Gen::Terraform { i });
+                if r.status() != StatusCode::OK {
+                    return r;
+                }
+                let r = self.add(Resource::Leases, Gen::Lease { i, held: None });
+                if r.status() != StatusCode::OK {
+                    return r;
+                }
+                let o = self.fleet.obj(i);
+                let lease = lock_lease_name(&state_suffix(&o.namespace, o.kind, &o.name));
+                return json_reply(
+                    StatusCode::OK,
+                    &json!({"i": i, "namespace": o.namespace, "kind": o.kind.as_str(), "name": o.name,
+                        "lease": format!("{}/{lease}", o.namespace)}),
+                );
+            }
+            (Method::POST, "/_change/delete") => {
+                let Some(i) = q.get("i").and_then(|v| v.parse::<usize>().ok()) else {
+                    return status(400, "BadRequest", "delete needs i");
+                };
+                let o = self.fleet.obj(i);
+                let lease = lock_lease_name(&state_suffix(&o.namespace, o.kind, &o.name));
+                let r = self.delete(Resource::Leases, &format!("{}/{lease}", o.namespace));
+                if r.status() != StatusCode::OK {
+                    return r;
+                }
+                return self.delete(
+                    self.terraform_resource(i),
+                    &format!("{}/{}", o.namespace, o.name),
+                );
+            }
+            (Method::POST, "/_change/gone") => {
+                let n = self.gone.send(()).unwrap_or(0);
+                return json_reply(StatusCode::OK, &json!({"watches": n}));
             }
             (Method::GET, _) => {}
             (m, _) => {

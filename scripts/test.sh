@@ -109,7 +109,12 @@ stage_bench() {
   ./scripts/bench.sh --smoke || return 1
 }
 
-ALL=(rust alerts dashboards chart integration e2e realkube e2e3 bench)
+stage_soak() {
+  log "soak smoke run: 2 minutes of churn at 10k objects, real binary, fake API (targets asserted)"
+  ./scripts/soak.sh --smoke || return 1
+}
+
+ALL=(rust alerts dashboards chart integration e2e realkube e2e3 bench soak)
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=("${ALL[@]}")
 
