@@ -15,31 +15,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use captf_lock_exporter::client;
 use captf_lock_exporter::shared::Shared;
-use captf_lock_exporter::{verify, watch};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use serde_json::json;
 use support::*;
-
-fn start_on(
-    client: kube::Client,
-    shared: Arc<Shared>,
-    rx: tokio::sync::mpsc::UnboundedReceiver<captf_lock_exporter::index::ObjectKey>,
-) {
-    watch::spawn_all(
-        client.clone(),
-        shared.clone(),
-        vec![None],
-        watch::Timing::DEFAULT,
-    );
-    tokio::spawn(verify::run(
-        shared,
-        client,
-        rx,
-        Duration::from_secs(3600),
-        100,
-    ));
-}
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_on_429_is_honoured() {
@@ -67,7 +46,13 @@ async fn retry_after_on_429_is_honoured() {
         }
     });
     let (shared, rx) = Shared::new();
-    start_on(api.client_observed(shared.api.clone()), shared.clone(), rx);
+    start_on(
+        api.client_observed(shared.api.clone()),
+        &shared,
+        rx,
+        Duration::from_secs(3600),
+        100,
+    );
     wait_for(&shared, "first sync", 30, |t| {
         t.contains("captf_lock_exporter_watch_up{resource=\"leases\"} 1")
     })
@@ -188,7 +173,7 @@ async fn a_rotated_token_file_is_used_at_once_and_trimmed() {
     config.auth_info.token_file = Some(token.display().to_string());
     let (shared, rx) = Shared::new();
     let kube = client::build(config, shared.api.clone(), client::Tuning::DEFAULT).expect("client");
-    start_on(kube, shared.clone(), rx);
+    start_on(kube, &shared, rx, Duration::from_secs(3600), 100);
     wait_for(&shared, "first sync", 20, |t| {
         t.contains("captf_lock_exporter_watch_up{resource=\"leases\"} 1")
     })

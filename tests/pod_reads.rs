@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use captf_lock_exporter::shared::Shared;
-use captf_lock_exporter::{verify, watch};
 use serde_json::json;
 use support::*;
 
@@ -63,27 +62,6 @@ async fn a_holder_host_that_is_no_pod_name_never_reaches_a_request() {
     api.assert_only_get();
 }
 
-/// Starts the exporter's watchers and verifier with the production
-/// re-check interval and read rate.
-fn start_with_recheck(api: &FakeApi) -> Arc<Shared> {
-    let (shared, rx) = Shared::new();
-    let client = api.client();
-    watch::spawn_all(
-        client.clone(),
-        shared.clone(),
-        vec![None],
-        watch::Timing::DEFAULT,
-    );
-    tokio::spawn(verify::run(
-        shared.clone(),
-        client,
-        rx,
-        Duration::from_secs(10),
-        50,
-    ));
-    shared
-}
-
 #[tokio::test(start_paused = true)]
 async fn the_read_queue_holds_each_pod_once_through_a_hung_api() {
     const LOCKS: usize = 30;
@@ -123,7 +101,9 @@ async fn the_read_queue_holds_each_pod_once_through_a_hung_api() {
         }
         _ => not_served(),
     });
-    let _shared = start_with_recheck(&api);
+    // The production re-check interval and read rate.
+    let (shared, rx) = Shared::new();
+    start_on(api.client(), &shared, rx, Duration::from_secs(10), 50);
     // Two minutes of a hung API: twelve re-check ticks.
     tokio::time::sleep(Duration::from_secs(120)).await;
     let hung = pod_reads(&api).len();

@@ -235,7 +235,19 @@ pub const MACHINES: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terra
 
 pub fn start(api: &FakeApi) -> Arc<Shared> {
     let (shared, rx) = Shared::new();
-    let client = api.client();
+    start_on(api.client(), &shared, rx, Duration::from_secs(3600), 100);
+    shared
+}
+
+/// The exporter's watchers and verifier on `client`, with the verifier's
+/// re-check interval and read rate.
+pub fn start_on(
+    client: kube::Client,
+    shared: &Arc<Shared>,
+    rx: mpsc::UnboundedReceiver<captf_lock_exporter::index::ObjectKey>,
+    recheck: Duration,
+    reads_per_second: u32,
+) {
     watch::spawn_all(
         client.clone(),
         shared.clone(),
@@ -246,10 +258,9 @@ pub fn start(api: &FakeApi) -> Arc<Shared> {
         shared.clone(),
         client,
         rx,
-        Duration::from_secs(3600),
-        100,
+        recheck,
+        reads_per_second,
     ));
-    shared
 }
 
 pub fn scrape(shared: &Arc<Shared>) -> String {

@@ -69,16 +69,7 @@ fn overdue_is_reported_once_per_lock() {
     let m = Kind::TerraformMachine;
     ix.feed(
         Resource::TerraformMachines,
-        object(
-            m,
-            "a",
-            None,
-            Some(JobsPolicy {
-                lock_timeout_seconds: Some(60),
-                active_deadline_seconds: None,
-            }),
-            None,
-        ),
+        machine_with_lock_timeout("a", 60),
     );
     ix.feed(
         Resource::Leases,

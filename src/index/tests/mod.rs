@@ -240,6 +240,15 @@ fn object(
     }
 }
 
+/// A TerraformMachine with its own `spec.jobs.lockTimeoutSeconds`.
+fn machine_with_lock_timeout(name: &str, seconds: i64) -> Change {
+    let jobs = JobsPolicy {
+        lock_timeout_seconds: Some(seconds),
+        active_deadline_seconds: None,
+    };
+    object(Kind::TerraformMachine, name, None, Some(jobs), None)
+}
+
 fn pod(name: &str, finished: bool) -> Change {
     Change {
         key: (NS.into(), name.into()),

@@ -199,16 +199,7 @@ fn a_future_created_does_not_hide_an_overdue_foreign_lock() {
     let m = Kind::TerraformMachine;
     ix.feed(
         Resource::TerraformMachines,
-        object(
-            m,
-            "a",
-            None,
-            Some(JobsPolicy {
-                lock_timeout_seconds: Some(60),
-                active_deadline_seconds: None,
-            }),
-            None,
-        ),
+        machine_with_lock_timeout("a", 60),
     );
     let mut held = info("alice@fast-laptop");
     held.created = Some(rfc3339(t0() + Duration::from_secs(3600)));
