@@ -88,7 +88,7 @@ pub struct LocksArgs {
 /// `explain` options.
 #[derive(Debug, clap::Args, Clone, PartialEq, Eq)]
 pub struct ExplainArgs {
-    /// KIND/NAME, KIND as kubectl takes it (terraformmachine, TerraformMachine, terraformmachines, ...).
+    /// KIND/NAME, KIND as kubectl takes it (terraformmachine, TerraformMachine, terraformmachines, tfm, ...).
     pub target: String,
     /// Namespace (default: the kubeconfig context's).
     #[arg(short = 'n', long = "namespace", value_parser = namespace)]

@@ -42,6 +42,16 @@ impl Kind {
         }
     }
 
+    /// The CRD's short name (`kubectl get tfm`), declared by CAPTF's
+    /// newest CRDs (SPEC section 7). Not the Job-name short kind ([`Kind::short`]).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            Kind::TerraformCluster => "tfc",
+            Kind::TerraformMachine => "tfm",
+            Kind::TerraformMachinePool => "tfmp",
+        }
+    }
+
     /// The resource plural, as used in API paths.
     pub fn plural(self) -> &'static str {
         match self {

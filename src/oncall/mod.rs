@@ -29,8 +29,8 @@ pub const EXIT_ATTENTION: i32 = 1;
 pub const EXIT_ERROR: i32 = 2;
 
 /// Parses a kind as kubectl accepts it: the Kind, its singular or plural
-/// resource name, any case, optionally followed by `.<group>` (or
-/// `.<version>.<group>`). CAPTF's CRDs declare no short names.
+/// resource name or its CRD short name (`tfc`, `tfm`, `tfmp`), any case,
+/// optionally followed by `.<group>` (or `.<version>.<group>`).
 pub fn parse_kind(s: &str) -> Option<Kind> {
     let lower = s.to_ascii_lowercase();
     let (head, group) = lower.split_once('.').unwrap_or((&lower, ""));
@@ -47,7 +47,7 @@ pub fn parse_kind(s: &str) -> Option<Kind> {
     }
     Kind::ALL.into_iter().find(|k| {
         let singular = k.as_str().to_ascii_lowercase();
-        head == singular || head == k.plural()
+        head == singular || head == k.plural() || head == k.short_name()
     })
 }
 
@@ -57,7 +57,7 @@ pub fn parse_target(s: &str) -> Result<(Kind, String), String> {
         .split_once('/')
         .ok_or_else(|| format!("{s:?}: expected KIND/NAME, e.g. terraformmachine/web"))?;
     let kind = parse_kind(kind).ok_or_else(|| {
-        format!("{kind:?} is not a CAPTF kind (terraformcluster, terraformmachine, terraformmachinepool)")
+        format!("{kind:?} is not a CAPTF kind (terraformcluster/tfc, terraformmachine/tfm, terraformmachinepool/tfmp)")
     })?;
     if name.is_empty() {
         return Err(format!("{s:?}: the name is empty"));

@@ -393,7 +393,16 @@ fn labels_images_and_kinds() {
         parse_kind("terraformmachinepool"),
         Some(Kind::TerraformMachinePool)
     );
-    assert_eq!(parse_kind("tfm"), None);
+    // The short names of CAPTF's newest CRDs.
+    assert_eq!(parse_kind("tfm"), Some(Kind::TerraformMachine));
+    assert_eq!(parse_kind("TFC"), Some(Kind::TerraformCluster));
+    assert_eq!(parse_kind("tfmp"), Some(Kind::TerraformMachinePool));
+    assert_eq!(parse_kind("tfplan"), None, "a plan has no lock");
+    assert_eq!(
+        parse_kind("m"),
+        None,
+        "the Job-name short kind is not a CRD name"
+    );
     assert!(parse_target("terraformcluster/prod").is_ok());
     assert!(parse_target("machine/x").is_err());
 }
