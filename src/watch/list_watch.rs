@@ -201,7 +201,7 @@ where
                 resource = resource.as_str(),
                 scope = self.ingest.namespace(),
                 reason = reason.as_str(),
-                "access denied (RBAC needs get/list/watch); retrying"
+                "access denied (RBAC needs get/list/watch; a kube-apiserver that just started refuses for a few seconds until its authorization cache is loaded); retrying"
             ),
             _ => tracing::warn!(
                 resource = resource.as_str(),
