@@ -550,7 +550,7 @@ async def run(args, workdir: Path) -> int:
 
         out(f"\n## Soak ({dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores, "
             f"{platform.machine()}; {args.objects} objects, {soak.initial_held} held; {args.rate:g} changes/s; "
-            f"a 410 relist every {args.relist_minutes:g} min; load average {os.getloadavg()[0]:.2f} at the start)\n")
+            f"a 410 relist at minute {args.relist_first or args.relist_minutes:g} and every {args.relist_minutes:g} after; load average {os.getloadavg()[0]:.2f} at the start)\n")
         out(f"Baseline after start-up and one relist: {baseline} series.\n")
         out(row_head())
 
