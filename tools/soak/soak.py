@@ -704,8 +704,14 @@ async def run(args, workdir: Path) -> int:
             drift = (last_rss - ref_rss) / ref_rss * 100
             peak = max(statistics.median(m.rss) for m in after)
             good = drift < 5.0
-            ok &= good
-            out(f"- RSS after warm-up: {'PASS' if good else 'FAIL'}: minute {args.warmup_minutes} median "
+            judged = 'PASS' if good else 'FAIL'
+            if args.rss_report_only:
+                # Two minutes hold one relist step and no steady state: the drift is shown,
+                # and judged only by the 30-minute run (tools/soak/README.md).
+                judged = f"REPORTED (not judged in a {args.minutes:g}-minute run; would be {judged})"
+            else:
+                ok &= good
+            out(f"- RSS after warm-up: {judged}: minute {args.warmup_minutes} median "
                 f"{ref_rss:.1f} MiB, last churn minute {last_rss:.1f} MiB: drift {drift:+.1f} % (target < 5 %); "
                 f"highest minute median {peak:.1f} MiB ({(peak - ref_rss) / ref_rss * 100:+.1f} %)")
         else:
@@ -773,6 +779,8 @@ def main() -> int:
     ap.add_argument("--restore-rate", type=float, default=20, help="changes per second while restoring")
     ap.add_argument("--max-created", type=int, default=40)
     ap.add_argument("--fd-slack", type=int, default=2)
+    ap.add_argument("--rss-report-only", action="store_true",
+                    help="print the RSS drift without judging it (the short CI run)")
     ap.add_argument("--seed", type=int, default=15)
     ap.add_argument("--workdir", default="")
     ap.add_argument("--json", default="")
