@@ -43,7 +43,8 @@ impl Kind {
     }
 
     /// The CRD's short name (`kubectl get tfm`), declared by CAPTF's
-    /// newest CRDs (SPEC section 7). Not the Job-name short kind ([`Kind::short`]).
+    /// newest CRDs (docs/contract.md section 2.1). Not the Job-name short kind
+    /// ([`Kind::short`]).
     pub fn short_name(self) -> &'static str {
         match self {
             Kind::TerraformCluster => "tfc",

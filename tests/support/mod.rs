@@ -176,34 +176,40 @@ impl FakeApi {
             .unwrap()
     }
 
+    /// The scripted server as a tower service (a hung request never answers).
+    fn service(
+        &self,
+    ) -> impl tower::Service<
+        Request<kube::client::Body>,
+        Response = Response<BoxBody<Bytes, BodyError>>,
+        Error = Infallible,
+        Future = impl Send,
+    > + Send
+           + Clone
+           + 'static {
+        let me = self.clone();
+        tower::service_fn(move |req: Request<kube::client::Body>| {
+            let resp = me.handle(req);
+            async move {
+                match resp {
+                    Some(resp) => Ok::<_, Infallible>(resp),
+                    None => std::future::pending().await,
+                }
+            }
+        })
+    }
+
     /// A client whose answers pass through the exporter's answer-reading
     /// layer (Retry-After, 401), as the production client's do.
     pub fn client_observed(&self, link: Arc<captf_lock_exporter::client::ApiLink>) -> kube::Client {
-        let me = self.clone();
-        let svc = tower::service_fn(move |req: Request<kube::client::Body>| {
-            let resp = me.handle(req);
-            async move {
-                match resp {
-                    Some(resp) => Ok::<_, Infallible>(resp),
-                    None => std::future::pending().await,
-                }
-            }
-        });
-        kube::Client::new(captf_lock_exporter::client::observe(svc, link), "default")
+        kube::Client::new(
+            captf_lock_exporter::client::observe(self.service(), link),
+            "default",
+        )
     }
 
     pub fn client(&self) -> kube::Client {
-        let me = self.clone();
-        let svc = tower::service_fn(move |req: Request<kube::client::Body>| {
-            let resp = me.handle(req);
-            async move {
-                match resp {
-                    Some(resp) => Ok::<_, Infallible>(resp),
-                    None => std::future::pending().await,
-                }
-            }
-        });
-        kube::Client::new(svc, "default")
+        kube::Client::new(self.service(), "default")
     }
 
     pub fn calls(&self, path: &str, watch: bool) -> usize {
