@@ -118,7 +118,7 @@ fn main() {
             let ns = format!("team-{}", i % 100);
             let name = format!("machine-{i}");
             let kind = Kind::TerraformMachine;
-            let obj = TfObject { kind, name: name.clone(), cluster_label: Some(format!("c{}", i % 1000)), jobs: None, cluster: None };
+            let obj = TfObject { kind, name: name.clone(), cluster_label: Some(format!("c{}", i % 1000)), jobs: None, cluster: None, captf: Default::default() };
             ix.apply((obj.kind, ObjectKey::new(&ns, &name)), obj, now);
             let suffix = state_suffix(&ns, kind, &name);
             // One lock in ten is held; a third of those by a live runner pod.

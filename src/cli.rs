@@ -53,6 +53,13 @@ pub struct Cli {
     /// only own runner pods are ever read).
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_POD_READ_RATE", default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=1000), global = true)]
     pub pod_read_rate: u32,
+
+    /// How long CAPTF's own StateReadable verdict may disagree with the
+    /// exporter's, with no Job of the object active, before
+    /// captf_state_lock_verdict_mismatch turns 1 (e.g. 10m). CAPTF checks
+    /// the lock only between Jobs and at a reconcile, so it lags.
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_VERDICT_GRACE", default_value = "10m", value_parser = positive_duration, global = true)]
+    pub verdict_grace: Duration,
 }
 
 /// Subcommands.
@@ -199,6 +206,8 @@ mod tests {
         assert!(err_of(&["--pod-recheck-interval", "0s"]).contains("--pod-recheck-interval"));
         assert!(err_of(&["--pod-recheck-interval", "soon"]).contains("--pod-recheck-interval"));
         assert!(err_of(&["--kubeconfig", "/nonexistent/kubeconfig"]).contains("--kubeconfig"));
+        assert!(err_of(&["--verdict-grace", "0s"]).contains("--verdict-grace"));
+        assert!(err_of(&["--verdict-grace", "a while"]).contains("--verdict-grace"));
     }
 
     #[test]
@@ -216,5 +225,6 @@ mod tests {
         assert_eq!(cli.command, Some(Command::Demo));
         assert_eq!(cli.listen_address.port(), 9820);
         assert_eq!(cli.pod_recheck_interval, Duration::from_secs(10));
+        assert_eq!(cli.verdict_grace, Duration::from_secs(600));
     }
 }

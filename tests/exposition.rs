@@ -42,6 +42,7 @@ fn shared_with_hostile_lock() -> Arc<Shared> {
         cluster_label: None,
         jobs: None,
         cluster: None,
+        captf: Default::default(),
     };
     shared.update(|ix, now| {
         ix.apply((obj.kind, ObjectKey::new("ns", "web")), obj, now);
@@ -115,4 +116,101 @@ fn which(bin: &str) -> Option<std::path::PathBuf> {
         .split(':')
         .map(|d| std::path::Path::new(d).join(bin))
         .find(|p| p.is_file())
+}
+
+/// CAPTF's verdict, the active Job and pending plans render as one series
+/// each, with status and reason from closed sets whatever the status says.
+#[test]
+fn captf_verdict_families_keep_closed_label_sets() {
+    use captf_lock_exporter::index::{CaptfStatus, PlanEntry, StateReadable};
+    use std::time::Duration;
+
+    let (shared, _rx) = Shared::new();
+    let object = |name: &str, captf: CaptfStatus| TfObject {
+        kind: Kind::TerraformCluster,
+        name: name.into(),
+        cluster_label: None,
+        jobs: None,
+        cluster: None,
+        captf,
+    };
+    let odd = CaptfStatus {
+        state_readable: Some(StateReadable::from_fields(
+            "Maybe\"}",
+            "Owned\"} 1\n# TYPE x counter",
+            "m",
+            None,
+        )),
+        active_job: true,
+    };
+    let locked = CaptfStatus {
+        state_readable: Some(StateReadable::from_fields(
+            "False",
+            "StateLocked",
+            "The state lock id is held by alice@laptop; every Job waits lockTimeoutSeconds for it and fails.",
+            None,
+        )),
+        active_job: false,
+    };
+    shared.update(|ix, now| {
+        let k = Kind::TerraformCluster;
+        ix.apply((k, ObjectKey::new("ns", "odd")), object("odd", odd), now);
+        ix.apply(
+            (k, ObjectKey::new("ns", "prod")),
+            object("prod", locked),
+            now,
+        );
+        let plan = PlanEntry {
+            target_kind: k,
+            target_name: "prod".into(),
+            pending: true,
+        };
+        ix.apply(ObjectKey::new("ns", "prod-plan-1"), plan, now)
+    });
+    let before = render(&shared, Format::Prometheus).expect("renders");
+    let line = |text: &str, prefix: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        line(&before, "captf_state_lock_captf_condition{"),
+        [
+            r#"captf_state_lock_captf_condition{namespace="ns",kind="TerraformCluster",name="odd",status="other",reason="other"} 1.0"#,
+            r#"captf_state_lock_captf_condition{namespace="ns",kind="TerraformCluster",name="prod",status="False",reason="StateLocked"} 1.0"#,
+        ]
+    );
+    assert_eq!(
+        line(&before, "captf_state_lock_job_active{"),
+        [r#"captf_state_lock_job_active{namespace="ns",kind="TerraformCluster",name="odd"} 1.0"#]
+    );
+    assert_eq!(
+        line(&before, "captf_state_lock_plan_pending{"),
+        [
+            r#"captf_state_lock_plan_pending{namespace="ns",kind="TerraformCluster",name="prod",plan="prod-plan-1"} 1.0"#
+        ]
+    );
+    let prod_mismatch =
+        r#"captf_state_lock_verdict_mismatch{namespace="ns",kind="TerraformCluster",name="prod"}"#;
+    assert_eq!(
+        line(&before, prod_mismatch),
+        [format!("{prod_mismatch} 0.0")]
+    );
+    // `prod` has no Lease (released) while CAPTF says StateLocked: once the
+    // default grace (10 minutes) is over, the mismatch shows.
+    let flagged = shared.write(|ix, now| ix.newly_mismatched(now + Duration::from_secs(601)));
+    assert_eq!(flagged.len(), 1);
+    let after = render(&shared, Format::Prometheus).expect("renders");
+    assert_eq!(
+        line(&after, prod_mismatch),
+        [format!("{prod_mismatch} 1.0")]
+    );
+    assert_eq!(
+        line(&after, r#"captf_state_lock_verdict_mismatch{namespace="ns",kind="TerraformCluster",name="odd"}"#)
+            .first()
+            .map(|l| l.ends_with(" 0.0")),
+        Some(true),
+        "an active Job holds the comparison"
+    );
 }

@@ -85,6 +85,7 @@ fn object(
         cluster_label: label.map(Into::into),
         jobs,
         cluster,
+        captf: Default::default(),
     };
     let key = (kind, ObjectKey::new(ns, name));
     Box::new(move |ix, now| ix.apply(key, obj, now))

@@ -82,7 +82,7 @@ section 10 names. One definition for the ClusterRole and the per-namespace Roles
   resources: ["events"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["infrastructure.cluster.x-k8s.io"]
-  resources: ["terraformclusters", "terraformmachines", "terraformmachinepools"]
+  resources: ["terraformclusters", "terraformmachines", "terraformmachinepools", "terraformplans"]
   verbs: ["get", "list", "watch"]
 - apiGroups: ["cluster.x-k8s.io"]
   resources: ["clusters"]

@@ -13,3 +13,4 @@ pub mod lockinfo;
 pub mod podname;
 pub mod suffix;
 pub mod timeouts;
+pub mod verdict;

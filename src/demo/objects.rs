@@ -94,7 +94,7 @@ pub fn lease(kind: Kind, name: &str, lock_info: Option<&str>) -> Value {
     let mut spec = json!({});
     if let Some(info) = lock_info {
         metadata["annotations"] = json!({ LOCK_INFO_ANNOTATION: info });
-        spec["holderIdentity"] = json!(format!("lock-{suffix}"));
+        spec["holderIdentity"] = json!(lease_lock_id(kind, name));
     }
     typed(Resource::Leases, metadata, json!({ "spec": spec }))
 }
@@ -140,6 +140,65 @@ pub fn terraform_object(
         spec["defaults"] = json!({ "jobs": jobs_json(d) });
     }
     typed(resource, metadata, json!({ "spec": spec }))
+}
+
+/// `object` with CAPTF's `StateReadable` condition as its reconcile writes
+/// it (changed `since_seconds` ago), and `status.activeJob` when a Job runs.
+pub fn with_captf_status(
+    mut object: Value,
+    condition: (&str, &str, &str),
+    since_seconds: i64,
+    active_job: bool,
+) -> Value {
+    let (status, reason, message) = condition;
+    object["status"] = json!({
+        "conditions": [
+            {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+             "lastTransitionTime": now_rfc3339(3600, SecondsFormat::Secs)},
+            {"type": "StateReadable", "status": status, "reason": reason, "message": message,
+             "lastTransitionTime": now_rfc3339(since_seconds, SecondsFormat::Secs)},
+        ],
+    });
+    if active_job {
+        object["status"]["activeJob"] = json!({
+            "name": "job", "operation": "apply", "attempt": 1,
+            "startTime": now_rfc3339(since_seconds, SecondsFormat::Secs),
+        });
+    }
+    object
+}
+
+/// CAPTF's StateLocked message for a lock held by `who` (its
+/// `foreignLock()` wording; see contract 2.11).
+pub fn state_locked_message(lock_id: &str, who: &str, operation: &str) -> String {
+    format!(
+        "The state lock {lock_id} is held by {who} ({operation}); every Job waits lockTimeoutSeconds for it and fails. Release it with force-unlock once that holder is gone; see the stale-lock runbook"
+    )
+}
+
+/// The lock ID `lease` writes for an object's held lock.
+pub fn lease_lock_id(kind: Kind, name: &str) -> String {
+    format!("lock-{}", state_suffix(NS, kind, name))
+}
+
+/// A TerraformPlan for (`kind`, `target`) in `phase`, as CAPTF creates it.
+pub fn terraform_plan(name: &str, kind: Kind, target: &str, phase: &str) -> Value {
+    let metadata = meta(
+        name,
+        json!({ CLUSTER_NAME_LABEL: CLUSTER, "captf.io/plan-phase": phase, "captf.io/destructive": "true" }),
+    );
+    typed(
+        Resource::TerraformPlans,
+        metadata,
+        json!({
+            "spec": {
+                "targetRef": {"kind": kind.as_str(), "name": target},
+                "planHash": "sha256:5d1c", "inputsHash": "sha256:77aa", "reason": "Destructive",
+                "summary": {"replace": 1, "resources": ["aws_instance.node (replace)"]},
+            },
+            "status": {"phase": phase},
+        }),
+    )
 }
 
 /// A CAPI Cluster (v1beta2) whose infrastructure is the TerraformCluster

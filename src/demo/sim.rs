@@ -8,6 +8,12 @@
 //!   inherited 30 s lockTimeoutSeconds at 10 s (foreign, overdue), released
 //!   at 90 s;
 //! - `prod-pool`: a malformed lock-info (unknown);
+//! - `prod-pool-2`: held by its own runner pod, which is gone (own_stale),
+//!   and its apply waits for the approval of a pending TerraformPlan, so no
+//!   Job will clear the lock;
+//! - CAPTF's own verdict (`StateReadable`) on every object: it agrees,
+//!   except on `prod-md-2`, whose condition still names a holder the lock
+//!   no longer has (a disagreement, within the grace);
 //! - TerraformCluster `prod`: held by its runner, released at 20 s;
 //! - `prod-md-3`: held by its own runner pod, which is not in the pod list
 //!   and whose GET is forbidden (own_unverified);
@@ -21,8 +27,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::objects::{
-    capi_cluster, force_unlock_event, lease, lock_info, pod, runner_pod, terraform_object, CLUSTER,
-    NS,
+    capi_cluster, force_unlock_event, lease, lease_lock_id, lock_info, pod, runner_pod,
+    state_locked_message, terraform_object, terraform_plan, with_captf_status, CLUSTER, NS,
 };
 use super::store::Store;
 use crate::core::kind::Kind;
@@ -79,28 +85,79 @@ fn set_scene(store: &Store, pods: &Pods) {
             }),
         ),
     );
-    for name in ["prod-cp-0", "prod-md-0", "prod-md-1", "prod-md-3"] {
+    let read = ("True", "StateRead", "The state was read");
+    for name in ["prod-cp-0", "prod-md-0", "prod-md-3"] {
         store.put(
             Resource::TerraformMachines,
-            terraform_object(Resource::TerraformMachines, name, None, None),
+            with_captf_status(
+                terraform_object(Resource::TerraformMachines, name, None, None),
+                read,
+                600,
+                name == "prod-cp-0",
+            ),
         );
     }
+    let alice = state_locked_message(
+        &lease_lock_id(M, "prod-md-1"),
+        "alice@alice-laptop",
+        "OperationTypeApply",
+    );
+    store.put(
+        Resource::TerraformMachines,
+        with_captf_status(
+            terraform_object(Resource::TerraformMachines, "prod-md-1", None, None),
+            ("False", "StateLocked", &alice),
+            20,
+            false,
+        ),
+    );
     let own_timeout = JobsPolicy {
         lock_timeout_seconds: Some(120),
         active_deadline_seconds: None,
     };
+    let bob = state_locked_message(
+        &lease_lock_id(M, "prod-md-2"),
+        "bob@bob-desktop",
+        "OperationTypePlan",
+    );
     store.put(
         Resource::TerraformMachines,
-        terraform_object(
-            Resource::TerraformMachines,
-            "prod-md-2",
-            Some(own_timeout),
-            None,
+        with_captf_status(
+            terraform_object(
+                Resource::TerraformMachines,
+                "prod-md-2",
+                Some(own_timeout),
+                None,
+            ),
+            ("False", "StateLocked", &bob),
+            300,
+            false,
         ),
     );
     store.put(
         Resource::TerraformMachinePools,
         terraform_object(Resource::TerraformMachinePools, "prod-pool", None, None),
+    );
+    store.put(
+        Resource::TerraformMachinePools,
+        with_captf_status(
+            terraform_object(Resource::TerraformMachinePools, "prod-pool-2", None, None),
+            read,
+            900,
+            false,
+        ),
+    );
+    store.put(
+        Resource::TerraformPlans,
+        terraform_plan("prod-pool-2-5d1c", MP, "prod-pool-2", "Pending"),
+    );
+    store.put(
+        Resource::Leases,
+        lease(
+            MP,
+            "prod-pool-2",
+            Some(&held_by_pod(&runner_pod(MP, "prod-pool-2"), 15)),
+        ),
     );
     for p in [&pods.cp, &pods.md, &pods.cluster] {
         store.put(Resource::Pods, pod(p, "Running"));

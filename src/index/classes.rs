@@ -8,6 +8,7 @@ use super::{ClassChange, Effects, Index, Lock, LockKey, LockLease, ObjectKey, Po
 use crate::core::classify::{classify, holder_of, Holder, HolderClass, PodEvidence};
 use crate::core::kind::Kind;
 use crate::core::suffix::state_suffix;
+use crate::core::verdict::{compare, Agreement, OurVerdict};
 
 /// Classification: the joins between locks, objects and pods.
 impl Index {
@@ -81,12 +82,38 @@ impl Index {
             lock.state.class = new_class;
         }
         self.schedule_overdue(key, now);
+        self.review_verdict(key, now);
         if new_class != old_class {
             if let Some(lock) = self.locks.get(key) {
                 let rec = self.change_record(key, lock, old_class, new_class, now);
                 fx.class_changes.push(rec);
             }
         }
+    }
+
+    /// Compares CAPTF's verdict on the object of `key` with the lock's
+    /// class now, and records what differs. No object, or one with an
+    /// active Job (CAPTF does not look then), has nothing to compare.
+    pub(super) fn review_verdict(&mut self, key: &LockKey, now: SystemTime) {
+        let difference = self.policy.object(key).and_then(|obj| {
+            if obj.captf.active_job {
+                return None;
+            }
+            let ours = match self.locks.get(key) {
+                Some(lock) if lock.lease.is_held() => OurVerdict::Held {
+                    // Held locks always carry a class once classified.
+                    class: lock.state.class?,
+                    who: lock.lease.info.as_ref().map(|i| i.who.as_str()),
+                    who_cut: lock.lease.who_cut,
+                },
+                _ => OurVerdict::Released,
+            };
+            match compare(obj.captf.state_readable.as_ref(), ours) {
+                Agreement::Differs(d) => Some(d),
+                Agreement::Agrees | Agreement::Silent => None,
+            }
+        });
+        self.verdicts.observe(key, difference, now);
     }
 
     /// Queues a held foreign or unknown lock whose overdue warning is not

@@ -7,6 +7,7 @@ use crate::core::kind::Kind;
 use crate::core::lockinfo::{LockInfo, LockInfoError};
 use crate::core::suffix::{kind_of_suffix, lock_lease_name};
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
+use crate::core::verdict::{CaptfReason, ConditionStatus, StateReadable};
 
 /// Longest label value taken from lock-info (Who, ID, Operation, Version).
 /// lock-info is written by the runner's ServiceAccount: untrusted, any size.
@@ -57,6 +58,8 @@ pub struct LockLease {
     pub info: Option<LockInfo>,
     /// Why lock-info could not be used, when present but bad.
     pub info_error: Option<LockInfoError>,
+    /// `Who` was longer than kept: `info.who` is its head and host only.
+    pub who_cut: bool,
 }
 
 impl LockLease {
@@ -69,6 +72,7 @@ impl LockLease {
         holder_identity: String,
         info: Result<Option<LockInfo>, LockInfoError>,
     ) -> Self {
+        let who_cut = matches!(&info, Ok(Some(i)) if i.who.len() > MAX_WHO_BYTES);
         let (info, info_error) = match info {
             Ok(i) => (i.map(cap_info), None),
             Err(e) => (None, Some(e)),
@@ -81,6 +85,7 @@ impl LockLease {
             holder_identity,
             info,
             info_error,
+            who_cut,
         }
     }
 
@@ -221,6 +226,49 @@ pub struct TfObject {
     pub jobs: Option<JobsPolicy>,
     /// For a TerraformCluster: its own and its `spec.defaults.jobs` policies.
     pub cluster: Option<ClusterPolicies>,
+    /// What CAPTF wrote in its status about the lock.
+    pub captf: CaptfStatus,
+}
+
+/// What a Terraform* object's status says about its lock: CAPTF's own
+/// verdict and whether it is looking at all.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CaptfStatus {
+    /// The `StateReadable` condition, when set.
+    pub state_readable: Option<StateReadable>,
+    /// `status.activeJob` is set: a Job runs, and CAPTF's lock check waits.
+    pub active_job: bool,
+}
+
+/// Longest condition message kept. CAPTF's StateLocked message is about
+/// 200 bytes plus lock ID, Who and Operation; the status is the status
+/// writer's, so it is capped like every other untrusted string.
+pub const MAX_CONDITION_MESSAGE_BYTES: usize = 2048;
+
+impl StateReadable {
+    /// The condition from its fields as written; strings capped here, once.
+    pub fn from_fields(status: &str, reason: &str, message: &str, since: Option<f64>) -> Self {
+        let kept = cap(message, MAX_CONDITION_MESSAGE_BYTES);
+        StateReadable {
+            status: ConditionStatus::parse(status),
+            reason: CaptfReason::parse(reason),
+            raw_reason: cap(reason, MAX_LABEL_BYTES).to_string(),
+            message_cut: kept.len() < message.len(),
+            message: kept.to_string(),
+            since,
+        }
+    }
+}
+
+/// A TerraformPlan, trimmed to what the "waits for approval" check needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanEntry {
+    /// The target's kind: TerraformCluster or TerraformMachinePool.
+    pub target_kind: Kind,
+    /// The target's name (in the plan's namespace).
+    pub target_name: String,
+    /// Phase `Pending`: the target's apply waits for this approval.
+    pub pending: bool,
 }
 
 /// A TerraformCluster's policies, indexed by name for inheritance.

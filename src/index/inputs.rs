@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use super::{
     locks, policy, CapiCluster, Effects, ForceUnlockEvent, Index, IndexResource, Lock, LockKey,
-    LockLease, LockState, ObjectKey, ObjectRef, PodState, TfObject,
+    LockLease, LockState, ObjectKey, ObjectRef, PlanEntry, PodState, TfObject,
 };
 use crate::core::kind::Kind;
 use crate::core::suffix::{state_suffix, suffix_of_lock_lease};
@@ -59,6 +59,7 @@ impl IndexResource<LockLease> for Index {
             let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
             self.force_unlocks.gc_lock(&lock, &known);
         }
+        self.review_verdict(&lock, now);
         fx
     }
 
@@ -121,6 +122,8 @@ impl IndexResource<TfObject> for Index {
         let lock = self.policy.apply_object(key, obj);
         // Own-pod recognition needs the object's full name: reclassify its lock.
         self.reclassify_lock(&lock, now, &mut fx);
+        // Its status carries CAPTF's verdict, held lock or not.
+        self.review_verdict(&lock, now);
         fx
     }
 
@@ -132,6 +135,7 @@ impl IndexResource<TfObject> for Index {
         let lock = self.policy.remove_object(kind, &key);
         self.gc_counter(&ObjectRef::new(&key.namespace, kind.as_str(), &key.name));
         self.reclassify_lock(&lock, now, &mut fx);
+        self.review_verdict(&lock, now);
         fx
     }
 
@@ -147,6 +151,31 @@ impl IndexResource<TfObject> for Index {
             .into_iter()
             .map(|k| (*kind, k))
             .collect();
+        self.replace_all(stale, items, now)
+    }
+}
+
+impl IndexResource<PlanEntry> for Index {
+    type Key = ObjectKey;
+    type Scope = Option<String>;
+
+    fn apply(&mut self, key: ObjectKey, plan: PlanEntry, _now: SystemTime) -> Effects {
+        self.plans.apply(key, plan);
+        Effects::default()
+    }
+
+    fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
+        self.plans.remove(&key);
+        Effects::default()
+    }
+
+    fn reset(
+        &mut self,
+        scope: &Option<String>,
+        items: Vec<(ObjectKey, PlanEntry)>,
+        now: SystemTime,
+    ) -> Effects {
+        let stale = self.plans.keys_in(scope.as_deref());
         self.replace_all(stale, items, now)
     }
 }

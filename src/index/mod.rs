@@ -5,7 +5,9 @@
 //! - [`pods`]: the runner-pod cache and the live reads that confirm it;
 //! - [`policy`]: Terraform* objects and CAPI Clusters, for names and
 //!   effective timeouts;
-//! - [`force_unlocks`]: per-object counters from ForceUnlocked Events.
+//! - [`force_unlocks`]: per-object counters from ForceUnlocked Events;
+//! - [`plans`]: TerraformPlans, by the object whose apply waits for them;
+//! - [`verdicts`]: disagreements with CAPTF's own verdict, and their age.
 //!
 //! Watchers feed it through [`IndexResource`]: per resource type an
 //! `apply`, a `delete` and a `reset` (the end of a list). The index joins
@@ -21,17 +23,21 @@ mod inputs;
 mod keys;
 pub mod locks;
 mod overdue;
+pub mod plans;
 pub mod pods;
 pub mod policy;
 mod report;
 mod resource;
+pub mod verdicts;
 mod views;
 
 use std::time::SystemTime;
 
+pub use crate::core::verdict::StateReadable;
 pub use entries::{
-    cap, unix_seconds, AgeSource, CapiCluster, ForceUnlockEvent, ForceUnlocks, LockLease, PodState,
-    TerraformCluster, TfObject, MAX_LABEL_BYTES,
+    cap, unix_seconds, AgeSource, CapiCluster, CaptfStatus, ForceUnlockEvent, ForceUnlocks,
+    LockLease, PlanEntry, PodState, TerraformCluster, TfObject, MAX_CONDITION_MESSAGE_BYTES,
+    MAX_LABEL_BYTES,
 };
 pub use force_unlocks::MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE;
 pub use keys::{LockKey, ObjectKey, ObjectRef};
@@ -39,7 +45,8 @@ pub use locks::{Lock, LockState};
 pub use pods::{PodRead, ReadTicket};
 pub use report::LockFilter;
 pub use resource::{Resource, ResourceSpec};
-pub use views::{LockView, Overdue};
+pub use verdicts::{Disagreement, DEFAULT_VERDICT_GRACE};
+pub use views::{CaptfView, LockView, Mismatch, ObjectView, Overdue};
 
 use crate::core::classify::HolderClass;
 
@@ -115,6 +122,8 @@ pub struct Index {
     policy: policy::PolicyIndex,
     force_unlocks: force_unlocks::ForceUnlockIndex,
     overdue: overdue::OverdueQueue,
+    plans: plans::PlanIndex,
+    verdicts: verdicts::VerdictIndex,
 }
 
 #[cfg(test)]

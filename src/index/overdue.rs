@@ -1,6 +1,7 @@
-//! When each foreign or unknown lock becomes overdue, in deadline order, so
-//! the once-a-second overdue check touches only the locks that are due
-//! instead of walking every Lease.
+//! Deadlines by lock, in deadline order: when each foreign or unknown lock
+//! becomes overdue, and when each disagreement with CAPTF outlasts its
+//! grace, so the once-a-second check touches only what is due instead of
+//! walking every Lease.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -50,6 +51,11 @@ impl OverdueQueue {
             }
         }
         due
+    }
+
+    /// Whether some deadline lies before `now_ms` (nothing is taken).
+    pub fn any_due(&self, now_ms: i64) -> bool {
+        self.by_deadline.first().is_some_and(|(d, _)| *d < now_ms)
     }
 
     /// Marks every deadline as possibly out of date.

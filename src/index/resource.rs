@@ -19,6 +19,8 @@ pub enum Resource {
     TerraformMachines,
     /// TerraformMachinePools.
     TerraformMachinePools,
+    /// TerraformPlans (approvals an object's apply waits for).
+    TerraformPlans,
     /// cluster.x-k8s.io clusters.
     Clusters,
 }
@@ -94,6 +96,7 @@ const TF_POOLS: ResourceSpec = spec(
     "TerraformMachinePool",
     "terraformmachinepools",
 );
+const TF_PLANS: ResourceSpec = spec(API_GROUP, &[API_VERSION], "TerraformPlan", "terraformplans");
 /// CAPI serves `Cluster` as v1beta2, and as v1beta1 on older installs.
 const CAPI_CLUSTERS: ResourceSpec = spec(
     "cluster.x-k8s.io",
@@ -104,13 +107,14 @@ const CAPI_CLUSTERS: ResourceSpec = spec(
 
 impl Resource {
     /// Every resource, in label order.
-    pub const ALL: [Resource; 7] = [
+    pub const ALL: [Resource; 8] = [
         Resource::Leases,
         Resource::Pods,
         Resource::Events,
         Resource::TerraformClusters,
         Resource::TerraformMachines,
         Resource::TerraformMachinePools,
+        Resource::TerraformPlans,
         Resource::Clusters,
     ];
 
@@ -123,6 +127,7 @@ impl Resource {
             Resource::TerraformClusters => &TF_CLUSTERS,
             Resource::TerraformMachines => &TF_MACHINES,
             Resource::TerraformMachinePools => &TF_POOLS,
+            Resource::TerraformPlans => &TF_PLANS,
             Resource::Clusters => &CAPI_CLUSTERS,
         }
     }

@@ -1,8 +1,11 @@
 //! What `/metrics`, the status page and the overdue check read.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use super::{AgeSource, ForceUnlocks, Index, LockKey, LockLease, LockState, ObjectRef, TfObject};
+use super::{
+    AgeSource, CaptfStatus, Disagreement, ForceUnlocks, Index, LockKey, LockLease, LockState,
+    ObjectRef, TfObject,
+};
 use crate::core::classify::{is_overdue, HolderClass};
 use crate::core::kind::Kind;
 use crate::core::timeouts::{effective, Effective, Resolved};
@@ -49,16 +52,76 @@ impl Index {
                 lease: &lock.lease,
                 state: &lock.state,
                 effective,
+                captf: self.policy.object(key).map(|o| &o.captf),
+                mismatch: self.verdicts.flagged(key),
+                pending_plans: self.plans.pending_for(key).collect(),
             });
         }
     }
 
     /// Calls `f` for every known object that has no lock Lease yet.
-    pub fn for_each_unlocked_object(&self, mut f: impl FnMut(&str, &TfObject, Effective)) {
+    pub fn for_each_unlocked_object(&self, mut f: impl FnMut(ObjectView<'_>)) {
         for (key, obj) in self.policy.objects() {
             if !self.locks.contains(key) {
-                f(&key.namespace, obj, self.effective_for(&key.namespace, obj));
+                f(ObjectView {
+                    namespace: &key.namespace,
+                    object: obj,
+                    effective: self.effective_for(&key.namespace, obj),
+                    mismatch: self.verdicts.flagged(key),
+                    pending_plans: self.plans.pending_for(key).collect(),
+                });
             }
+        }
+    }
+
+    /// Sets `--verdict-grace`: how long CAPTF's verdict may disagree with
+    /// the exporter's before `verdict_mismatch` says so.
+    pub fn set_verdict_grace(&mut self, grace: Duration) {
+        self.verdicts.set_grace(grace);
+    }
+
+    /// Whether some disagreement with CAPTF outlasted the grace and is not
+    /// reported yet: a cheap check under the read lock.
+    pub fn verdict_mismatch_due(&self, now: SystemTime) -> bool {
+        self.verdicts.any_due(now)
+    }
+
+    /// Reports every disagreement with CAPTF that outlasted the grace since
+    /// the last call (`verdict_mismatch` turns 1); each is returned once.
+    pub fn newly_mismatched(&mut self, now: SystemTime) -> Vec<Mismatch> {
+        let flagged = self.verdicts.flag_due(now);
+        flagged
+            .into_iter()
+            .map(|(key, d)| {
+                let (kind, name) = match (self.policy.object(&key), self.locks.get(&key)) {
+                    (Some(obj), _) => (obj.kind.as_str(), obj.name.clone()),
+                    (None, Some(lock)) => self.display_owner(&key, &lock.lease),
+                    (None, None) => ("", key.suffix.clone()),
+                };
+                let reason = self
+                    .policy
+                    .object(&key)
+                    .and_then(|o| o.captf.state_readable.as_ref())
+                    .map(|c| c.raw_reason.clone())
+                    .unwrap_or_default();
+                Mismatch {
+                    namespace: key.namespace.clone(),
+                    kind,
+                    name,
+                    disagreement: d,
+                    captf_reason: reason,
+                }
+            })
+            .collect()
+    }
+
+    /// CAPTF's status of the object of a lock key, the disagreement under
+    /// way, and its pending plans (for `explain` and the lock page).
+    pub fn captf_view(&self, key: &LockKey) -> CaptfView {
+        CaptfView {
+            status: self.policy.object(key).map(|o| o.captf.clone()),
+            disagreement: self.verdicts.get(key).cloned(),
+            pending_plans: self.plans.pending_for(key).map(str::to_string).collect(),
         }
     }
 
@@ -164,6 +227,47 @@ pub struct Overdue {
     pub timeout_seconds: i64,
 }
 
+/// A disagreement with CAPTF that just outlasted the grace, for the log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mismatch {
+    /// Namespace.
+    pub namespace: String,
+    /// Kind of the object.
+    pub kind: &'static str,
+    /// Name of the object.
+    pub name: String,
+    /// What differs and since when.
+    pub disagreement: Disagreement,
+    /// CAPTF's condition reason as written.
+    pub captf_reason: String,
+}
+
+/// What CAPTF says of one object, beside the exporter's verdict.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CaptfView {
+    /// The object's CAPTF status; None when the object is not known.
+    pub status: Option<CaptfStatus>,
+    /// The disagreement under way, if any.
+    pub disagreement: Option<Disagreement>,
+    /// Pending TerraformPlans of the object.
+    pub pending_plans: Vec<String>,
+}
+
+/// A known object without a lock Lease, as `/metrics` renders it.
+#[derive(Debug)]
+pub struct ObjectView<'a> {
+    /// Namespace.
+    pub namespace: &'a str,
+    /// The trimmed object.
+    pub object: &'a TfObject,
+    /// Its effective timeouts.
+    pub effective: Effective,
+    /// Its disagreement with CAPTF outlasted the grace.
+    pub mismatch: bool,
+    /// Its pending TerraformPlans (capped).
+    pub pending_plans: Vec<&'a str>,
+}
+
 /// A lock Lease as `/metrics` renders it.
 #[derive(Debug)]
 pub struct LockView<'a> {
@@ -179,6 +283,12 @@ pub struct LockView<'a> {
     pub state: &'a LockState,
     /// Effective timeouts of its object.
     pub effective: Effective,
+    /// CAPTF's status of its object, when the object is watched.
+    pub captf: Option<&'a CaptfStatus>,
+    /// Its object's disagreement with CAPTF outlasted the grace.
+    pub mismatch: bool,
+    /// Its object's pending TerraformPlans (capped).
+    pub pending_plans: Vec<&'a str>,
 }
 
 impl LockView<'_> {

@@ -283,6 +283,7 @@ mod tests {
             cluster_label: None,
             jobs: None,
             cluster: None,
+            captf: Default::default(),
         };
         shared.update(|ix, now| ix.apply((obj.kind, ObjectKey::new("ns", name)), obj, now));
     }

@@ -140,6 +140,31 @@ const LAST_FORCE_UNLOCK: Family<Gauge, 3> = Family {
     kind: PhantomData,
 };
 
+const CAPTF_CONDITION: Family<Gauge, 5> = Family {
+    name: "captf_state_lock_captf_condition",
+    help: "CAPTF's own StateReadable condition of the object, as last written (1; reason outside CAPTF's set as other).",
+    labels: ["namespace", "kind", "name", "status", "reason"],
+    kind: PhantomData,
+};
+const VERDICT_MISMATCH: Family<Gauge, 3> = Family {
+    name: "captf_state_lock_verdict_mismatch",
+    help: "1 when CAPTF's StateReadable verdict and the exporter's class have disagreed for longer than --verdict-grace with no Job of the object active, else 0.",
+    labels: ["namespace", "kind", "name"],
+    kind: PhantomData,
+};
+const JOB_ACTIVE: Family<Gauge, 3> = Family {
+    name: "captf_state_lock_job_active",
+    help: "1 while the object's status.activeJob is set (CAPTF checks the lock only between Jobs).",
+    labels: ["namespace", "kind", "name"],
+    kind: PhantomData,
+};
+const PLAN_PENDING: Family<Gauge, 4> = Family {
+    name: "captf_state_lock_plan_pending",
+    help: "1 for each TerraformPlan in phase Pending for the object: its apply waits for an approval, so no Job runs to clear a stale lock.",
+    labels: ["namespace", "kind", "name", "plan"],
+    kind: PhantomData,
+};
+
 // 7.3 Overview, 7.4 the exporter itself. The self-metric counters are
 // prometheus-client counters registered by `Health::register_counters`.
 
@@ -246,7 +271,37 @@ pub(super) fn encode_objects(
 ) -> fmt::Result {
     HELD.encode(enc, objects.iter().map(|r| (r.key(), flag(r.held))))?;
     TIMEOUT.encode(enc, objects.iter().map(|r| (r.key(), r.timeout as f64)))?;
-    DEADLINE.encode(enc, objects.iter().map(|r| (r.key(), r.deadline as f64)))
+    DEADLINE.encode(enc, objects.iter().map(|r| (r.key(), r.deadline as f64)))?;
+    encode_captf(enc, objects)
+}
+
+/// 7.2: CAPTF's own verdict beside ours, and what keeps a lock waiting.
+fn encode_captf(enc: &mut DescriptorEncoder<'_>, objects: &[ObjectRow]) -> fmt::Result {
+    CAPTF_CONDITION.encode(
+        enc,
+        objects.iter().filter_map(|r| {
+            let (status, reason) = r.condition?;
+            let [ns, kind, name] = r.key();
+            Some(([ns, kind, name, status, reason], 1.0))
+        }),
+    )?;
+    VERDICT_MISMATCH.encode(enc, objects.iter().map(|r| (r.key(), flag(r.mismatch))))?;
+    JOB_ACTIVE.encode(
+        enc,
+        objects
+            .iter()
+            .filter(|r| r.job_active)
+            .map(|r| (r.key(), 1.0)),
+    )?;
+    PLAN_PENDING.encode(
+        enc,
+        objects.iter().flat_map(|r| {
+            let [ns, kind, name] = r.key();
+            r.plans
+                .iter()
+                .map(move |p| ([ns, kind, name, p.as_str()], 1.0))
+        }),
+    )
 }
 
 /// 7.2: force-unlock counters and when the last one was seen.

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use super::LockCollector;
 use crate::core::classify::{is_overdue, HolderClass};
-use crate::index::ForceUnlocks;
+use crate::index::{CaptfStatus, ForceUnlocks};
 
 /// One held lock, as rendered.
 pub(super) struct LockRow {
@@ -52,6 +52,19 @@ pub(super) struct ObjectRow {
     pub(super) held: bool,
     pub(super) timeout: i64,
     pub(super) deadline: i64,
+    /// CAPTF's StateReadable condition: (status, reason) label values.
+    pub(super) condition: Option<(&'static str, &'static str)>,
+    /// `status.activeJob` is set.
+    pub(super) job_active: bool,
+    /// The disagreement with CAPTF outlasted the grace.
+    pub(super) mismatch: bool,
+    /// Pending TerraformPlans.
+    pub(super) plans: Vec<String>,
+}
+
+fn condition_labels(captf: Option<&CaptfStatus>) -> Option<(&'static str, &'static str)> {
+    let c = captf?.state_readable.as_ref()?;
+    Some((c.status.as_str(), c.reason.as_str()))
 }
 
 impl LockCollector {
@@ -74,6 +87,10 @@ fn snapshot_of(ix: &crate::index::Index, now: SystemTime) -> Snapshot {
                 held,
                 timeout: v.effective.lock_timeout_seconds,
                 deadline: v.effective.active_deadline_seconds,
+                condition: condition_labels(v.captf),
+                job_active: v.captf.is_some_and(|c| c.active_job),
+                mismatch: v.mismatch,
+                plans: v.pending_plans.iter().map(|p| p.to_string()).collect(),
             });
             let (Some(class), Some((age, source))) = (v.state.class, v.age(now)) else {
                 return;
@@ -99,14 +116,18 @@ fn snapshot_of(ix: &crate::index::Index, now: SystemTime) -> Snapshot {
                 timeout: v.effective.lock_timeout_seconds,
             });
         });
-        ix.for_each_unlocked_object(|ns, obj, eff| {
+        ix.for_each_unlocked_object(|v| {
             objects.push(ObjectRow {
-                ns: ns.to_string(),
-                kind: obj.kind.as_str(),
-                name: obj.name.clone(),
+                ns: v.namespace.to_string(),
+                kind: v.object.kind.as_str(),
+                name: v.object.name.clone(),
                 held: false,
-                timeout: eff.lock_timeout_seconds,
-                deadline: eff.active_deadline_seconds,
+                timeout: v.effective.lock_timeout_seconds,
+                deadline: v.effective.active_deadline_seconds,
+                condition: condition_labels(Some(&v.object.captf)),
+                job_active: v.object.captf.active_job,
+                mismatch: v.mismatch,
+                plans: v.pending_plans.iter().map(|p| p.to_string()).collect(),
             });
         });
         let per_class = ix.held_per_class();

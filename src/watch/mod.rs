@@ -157,6 +157,19 @@ async fn watch_resource(
             let trim = move |o: &trim::TerraformObject| trim::terraform_object(kind, o);
             watch_simple(&client, s, resource, ns, scope, timing, trim).await
         }
+        Resource::TerraformPlans => {
+            let scope = ns.clone();
+            watch_simple::<trim::TerraformPlanObject, _, _>(
+                &client,
+                s,
+                resource,
+                ns,
+                scope,
+                timing,
+                trim::terraform_plan,
+            )
+            .await
+        }
         Resource::Clusters => loop {
             // The first version the server lists is watched; a 404 before
             // the first list tries the next.

@@ -264,6 +264,104 @@ pub struct TerraformSpec {
     pub defaults: Option<DefaultsDoc>,
 }
 
+/// One `metav1.Condition`, every field lenient.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionDoc {
+    /// `type`.
+    #[serde(default, rename = "type", deserialize_with = "lenient_string")]
+    pub type_: String,
+    /// `status`.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub status: String,
+    /// `reason`.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub reason: String,
+    /// `message`.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub message: String,
+    /// `lastTransitionTime` (RFC 3339).
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub last_transition_time: String,
+}
+
+/// A list element that is a condition object, else nothing.
+struct LenientCondition(Option<ConditionDoc>);
+
+impl<'de> Deserialize<'de> for LenientCondition {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        lenient(d).map(LenientCondition)
+    }
+}
+
+/// Keeps the `StateReadable` condition of a `conditions` list (the last
+/// one, should a list repeat it) and skips the others; anything but a list
+/// reads as none.
+fn state_readable_only<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ConditionDoc>, D::Error> {
+    struct Keep;
+    impl<'de> Visitor<'de> for Keep {
+        type Value = Option<ConditionDoc>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list of conditions")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut kept = None;
+            while let Some(LenientCondition(c)) = seq.next_element()? {
+                if let Some(c) = c.filter(|c| c.type_ == crate::core::verdict::STATE_READABLE) {
+                    kept = Some(c);
+                }
+            }
+            Ok(kept)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(Keep)
+}
+
+/// The part of a Terraform* status the exporter reads: CAPTF's own lock
+/// verdict and whether a Job runs (the rest is skipped unread).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerraformStatus {
+    /// The `StateReadable` condition of `status.conditions`.
+    #[serde(
+        default,
+        rename = "conditions",
+        deserialize_with = "state_readable_only"
+    )]
+    pub state_readable: Option<ConditionDoc>,
+    /// `status.activeJob`, set (an object) while a Job of the object runs.
+    #[serde(default, deserialize_with = "lenient")]
+    pub active_job: Option<IgnoredAny>,
+}
+
 /// A TerraformCluster, TerraformMachine or TerraformMachinePool.
 #[derive(Clone, Debug, Deserialize)]
 pub struct TerraformObject {
@@ -273,8 +371,54 @@ pub struct TerraformObject {
     /// Job policies.
     #[serde(default, deserialize_with = "lenient")]
     pub spec: Option<TerraformSpec>,
+    /// CAPTF's verdict and the active Job.
+    #[serde(default, deserialize_with = "lenient")]
+    pub status: Option<TerraformStatus>,
 }
 slim_resource!(TerraformObject);
+
+/// `spec.targetRef` of a TerraformPlan.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PlanTargetDoc {
+    /// TerraformCluster or TerraformMachinePool.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub kind: String,
+    /// The target's name, in the plan's namespace.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub name: String,
+}
+
+/// The part of a TerraformPlan spec the exporter reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanSpecDoc {
+    /// `spec.targetRef`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub target_ref: Option<PlanTargetDoc>,
+}
+
+/// The part of a TerraformPlan status the exporter reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PlanStatusDoc {
+    /// Pending, Approved, Applied, Superseded or Failed.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub phase: String,
+}
+
+/// A TerraformPlan: its target and phase (the plan itself is skipped unread).
+#[derive(Clone, Debug, Deserialize)]
+pub struct TerraformPlanObject {
+    /// Name, namespace, labels (`captf.io/plan-phase`).
+    #[serde(deserialize_with = "slim_meta")]
+    pub metadata: ObjectMeta,
+    /// The target.
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<PlanSpecDoc>,
+    /// The phase.
+    #[serde(default, deserialize_with = "lenient")]
+    pub status: Option<PlanStatusDoc>,
+}
+slim_resource!(TerraformPlanObject);
 
 /// `spec.infrastructureRef` of a CAPI Cluster, in either version's shape.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -434,6 +578,63 @@ mod tests {
         let r = v1.spec.and_then(|s| s.infrastructure_ref).expect("ref");
         assert_eq!(r.api_group, None);
         assert_eq!(r.api_version, "infrastructure.cluster.x-k8s.io/v1alpha1");
+    }
+
+    #[test]
+    fn status_keeps_only_state_readable_and_whether_a_job_runs() {
+        let obj: TerraformObject = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "status": {
+                "conditions": [
+                    {"type": "Ready", "status": "True", "message": "x".repeat(10_000)},
+                    "not a condition",
+                    {"type": "StateReadable", "status": "False", "reason": "StateLocked",
+                     "message": "The state lock a is held by b@c", "lastTransitionTime": "2026-11-30T10:00:00Z"},
+                    {"type": 7},
+                ],
+                "activeJob": {"name": "j", "operation": "apply", "attempt": 1},
+                "lastRun": {"steps": [1, 2, 3]},
+            },
+        }))
+        .expect("decodes");
+        let st = obj.status.expect("status");
+        let c = st.state_readable.expect("StateReadable kept");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "StateLocked")
+        );
+        assert_eq!(c.last_transition_time, "2026-11-30T10:00:00Z");
+        assert!(st.active_job.is_some());
+        for odd in [
+            json!({"conditions": "x", "activeJob": null}),
+            json!({"conditions": {"a": 1}, "activeJob": "yes"}),
+            json!([]),
+        ] {
+            let obj: TerraformObject =
+                serde_json::from_value(json!({"metadata": {"name": "w"}, "status": odd}))
+                    .expect("decodes");
+            let st = obj.status.unwrap_or_default();
+            assert!(
+                st.state_readable.is_none() && st.active_job.is_none(),
+                "{st:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_plan_keeps_its_target_and_phase() {
+        let p: TerraformPlanObject = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"captf.io/plan-phase": "Pending"}},
+            "spec": {"targetRef": {"kind": "TerraformCluster", "name": "prod"}, "summary": {"create": 1}},
+            "status": {"phase": 5},
+        }))
+        .expect("decodes");
+        let t = p.spec.and_then(|s| s.target_ref).expect("target");
+        assert_eq!(
+            (t.kind.as_str(), t.name.as_str()),
+            ("TerraformCluster", "prod")
+        );
+        assert_eq!(p.status.map(|s| s.phase).as_deref(), Some(""));
     }
 
     #[test]

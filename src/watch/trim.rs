@@ -9,7 +9,10 @@ use crate::core::lockinfo::parse_lock_info;
 use crate::core::podname::is_dns1123_subdomain;
 use crate::core::suffix::suffix_of_lock_lease;
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
-use crate::index::{CapiCluster, ForceUnlockEvent, LockLease, ObjectKey, PodState, TfObject};
+use crate::index::{
+    CapiCluster, CaptfStatus, ForceUnlockEvent, LockLease, ObjectKey, PlanEntry, PodState,
+    StateReadable, TfObject,
+};
 
 /// A trimmed watch object: its key, and what the index keeps of it (None
 /// when it does not pass the filters, which the index treats as a delete).
@@ -24,8 +27,11 @@ pub const MANAGED_LABEL: &str = "captf.io/managed";
 use super::slim::JobsDoc;
 pub use super::slim::{
     CapiClusterObject, EventObject, EventRef, LeaseObject, PodObject, TerraformObject,
-    LOCK_INFO_ANNOTATION,
+    TerraformPlanObject, LOCK_INFO_ANNOTATION,
 };
+/// The label CAPTF mirrors a TerraformPlan's phase to; it survives
+/// clusterctl move, which drops status.
+pub const PLAN_PHASE_LABEL: &str = "captf.io/plan-phase";
 /// Owner kind label on Leases, Jobs and pods.
 pub const OWNER_KIND_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-kind";
 /// Owner name label (the name, or its hash when over 63 bytes).
@@ -105,8 +111,51 @@ pub fn terraform_object(kind: Kind, obj: &TerraformObject) -> Trimmed<(Kind, Obj
         cluster_label: obj.labels().get(CLUSTER_NAME_LABEL).cloned(),
         jobs,
         cluster,
+        captf: captf_status(obj),
     };
     ((kind, key), Some(entry))
+}
+
+fn captf_status(obj: &TerraformObject) -> CaptfStatus {
+    let Some(status) = &obj.status else {
+        return CaptfStatus::default();
+    };
+    CaptfStatus {
+        state_readable: status.state_readable.as_ref().map(|c| {
+            let since = chrono::DateTime::parse_from_rfc3339(&c.last_transition_time)
+                .ok()
+                .map(|t| t.timestamp() as f64);
+            StateReadable::from_fields(&c.status, &c.reason, &c.message, since)
+        }),
+        active_job: status.active_job.is_some(),
+    }
+}
+
+/// A TerraformPlan: kept when its target is a kind a plan can be for.
+/// The phase is `status.phase`, else the phase label (after clusterctl
+/// move, before CAPTF writes the status again).
+pub fn terraform_plan(obj: &TerraformPlanObject) -> Trimmed<ObjectKey, PlanEntry> {
+    let key = key_of(&obj.metadata);
+    let target = obj.spec.as_ref().and_then(|s| s.target_ref.as_ref());
+    let target_kind = target
+        .and_then(|t| Kind::from_kind(&t.kind))
+        .filter(|k| matches!(k, Kind::TerraformCluster | Kind::TerraformMachinePool));
+    let phase = obj
+        .status
+        .as_ref()
+        .map(|s| s.phase.as_str())
+        .filter(|p| !p.is_empty())
+        .or_else(|| obj.labels().get(PLAN_PHASE_LABEL).map(String::as_str))
+        .unwrap_or("");
+    let entry = match (target_kind, target) {
+        (Some(target_kind), Some(t)) if !t.name.is_empty() => Some(PlanEntry {
+            target_kind,
+            target_name: t.name.clone(),
+            pending: phase == "Pending",
+        }),
+        _ => None,
+    };
+    (key, entry)
 }
 
 /// A CAPI Cluster (v1beta2 or v1beta1).
@@ -204,4 +253,71 @@ pub fn force_unlock_event(obj: &EventObject) -> Trimmed<ObjectKey, ForceUnlockEv
         }
     });
     (key, entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn plan(v: serde_json::Value) -> Option<PlanEntry> {
+        let obj: TerraformPlanObject = serde_json::from_value(v).expect("decodes");
+        terraform_plan(&obj).1
+    }
+
+    #[test]
+    fn a_plan_is_pending_by_its_status_else_by_its_phase_label() {
+        let p = plan(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"targetRef": {"kind": "TerraformMachinePool", "name": "pool"}},
+            "status": {"phase": "Pending"},
+        }))
+        .expect("kept");
+        assert_eq!(
+            (p.target_kind, p.target_name.as_str(), p.pending),
+            (Kind::TerraformMachinePool, "pool", true)
+        );
+        // After clusterctl move: no status yet, the label says Pending.
+        let moved = plan(json!({
+            "metadata": {"name": "p", "namespace": "ns", "labels": {PLAN_PHASE_LABEL: "Pending"}},
+            "spec": {"targetRef": {"kind": "TerraformCluster", "name": "prod"}},
+        }))
+        .expect("kept");
+        assert!(moved.pending);
+        // The status wins over the label.
+        let approved = plan(json!({
+            "metadata": {"name": "p", "namespace": "ns", "labels": {PLAN_PHASE_LABEL: "Pending"}},
+            "spec": {"targetRef": {"kind": "TerraformCluster", "name": "prod"}},
+            "status": {"phase": "Approved"},
+        }))
+        .expect("kept");
+        assert!(!approved.pending);
+    }
+
+    #[test]
+    fn a_plan_for_a_machine_or_for_nothing_is_not_kept() {
+        for target in [
+            json!({"kind": "TerraformMachine", "name": "m"}),
+            json!({"kind": "TerraformCluster", "name": ""}),
+            json!({"kind": "Secret", "name": "s"}),
+            json!("prod"),
+        ] {
+            let v = json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"targetRef": target}, "status": {"phase": "Pending"}});
+            assert_eq!(plan(v), None);
+        }
+    }
+
+    #[test]
+    fn a_status_condition_is_capped_and_its_time_parsed() {
+        let obj: TerraformObject = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "status": {"conditions": [{"type": "StateReadable", "status": "False", "reason": "StateLocked",
+                "message": "m".repeat(100_000), "lastTransitionTime": "2026-11-30T10:00:00Z"}]},
+        }))
+        .expect("decodes");
+        let (_, entry) = terraform_object(Kind::TerraformMachine, &obj);
+        let c = entry.and_then(|e| e.captf.state_readable).expect("kept");
+        assert!(c.message_cut && c.message.len() == crate::index::MAX_CONDITION_MESSAGE_BYTES);
+        assert_eq!(c.since, Some(1_796_032_800.0));
+    }
 }

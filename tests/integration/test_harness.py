@@ -73,6 +73,7 @@ def test_emulator_serves_declared_resources_only(emu: KubeEmulator) -> None:
         ("terraformclusters", "TerraformCluster", True),
         ("terraformmachines", "TerraformMachine", True),
         ("terraformmachinepools", "TerraformMachinePool", True),
+        ("terraformplans", "TerraformPlan", True),
     }
 
 

@@ -373,6 +373,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "terraformclusters": ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", True),
     "terraformmachines": ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", True),
     "terraformmachinepools": ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", True),
+    "terraformplans": ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", True),
     "clusters": ("/apis/cluster.x-k8s.io/v1beta2", True),
     "clusters.v1beta1": ("/apis/cluster.x-k8s.io/v1beta1", True),
     "customresourcedefinitions": ("/apis/apiextensions.k8s.io/v1", False),
@@ -386,6 +387,7 @@ KIND_TO_RESOURCE = {
     "Namespace": "namespaces", "Pod": "pods", "Secret": "secrets", "ServiceAccount": "serviceaccounts",
     "Lease": "leases", "Event": "events", "TerraformCluster": "terraformclusters",
     "TerraformMachine": "terraformmachines", "TerraformMachinePool": "terraformmachinepools",
+    "TerraformPlan": "terraformplans",
     "CustomResourceDefinition": "customresourcedefinitions", "ClusterRole": "clusterroles",
     "ClusterRoleBinding": "clusterrolebindings", "Role": "roles", "RoleBinding": "rolebindings",
 }

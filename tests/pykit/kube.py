@@ -65,6 +65,7 @@ RESOURCES: dict[str, ResourceDef] = {
         ResourceDef(INFRA_GROUP, INFRA_VERSION, "terraformmachines", "TerraformMachine", "terraformmachine"),
         ResourceDef(INFRA_GROUP, INFRA_VERSION, "terraformmachinepools", "TerraformMachinePool",
                     "terraformmachinepool"),
+        ResourceDef(INFRA_GROUP, INFRA_VERSION, "terraformplans", "TerraformPlan", "terraformplan"),
         ResourceDef(CAPI_GROUP, "v1beta2", "clusters", "Cluster", "cluster"),
     )
 }

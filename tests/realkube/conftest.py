@@ -34,7 +34,7 @@ CRDS = ROOT / "tests" / "crds"
 RELEASE = "captf-lock-exporter"
 RELEASE_NS = "captf-system"
 RESOURCES = ("leases", "pods", "events", "terraformclusters", "terraformmachines", "terraformmachinepools",
-             "clusters")
+             "terraformplans", "clusters")
 
 #: measurements of the session, printed at the end and written to REALKUBE_REPORT
 REPORT: dict[str, Any] = {}
@@ -105,6 +105,7 @@ CLEANUP = [("/apis/coordination.k8s.io/v1", "leases"), ("/apis/events.k8s.io/v1"
            ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", "terraformclusters"),
            ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", "terraformmachines"),
            ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", "terraformmachinepools"),
+           ("/apis/infrastructure.cluster.x-k8s.io/v1alpha1", "terraformplans"),
            ("/apis/cluster.x-k8s.io/v1beta2", "clusters")]
 
 

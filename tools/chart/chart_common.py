@@ -39,6 +39,7 @@ RBAC_RESOURCES = {
     ("infrastructure.cluster.x-k8s.io", "terraformclusters"),
     ("infrastructure.cluster.x-k8s.io", "terraformmachines"),
     ("infrastructure.cluster.x-k8s.io", "terraformmachinepools"),
+    ("infrastructure.cluster.x-k8s.io", "terraformplans"),
     ("cluster.x-k8s.io", "clusters"),
 }
 CR_KINDS = {"ServiceMonitor", "PrometheusRule"}

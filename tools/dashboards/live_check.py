@@ -50,7 +50,7 @@ LAST_FORCE_UNLOCK = {"web": 3600, "db": 7200, "prod": 86400}  # seconds ago; poo
 FORCE_UNLOCKS = {"web": 2, "db": 1, "prod": 1, "pool": 0}
 CLASSES = ["own_live", "own_stale", "foreign", "unknown", "own_unverified"]
 RESOURCES = ["leases", "pods", "events", "terraformclusters", "terraformmachines",
-             "terraformmachinepools", "clusters"]
+             "terraformmachinepools", "terraformplans", "clusters"]
 
 
 def esc(v):

@@ -7,6 +7,7 @@ mod counters;
 mod integrity;
 mod review;
 mod timeouts;
+mod verdicts;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
@@ -32,6 +33,7 @@ enum Entry {
     Capi(CapiCluster),
     Pod(PodState),
     ForceUnlock(ForceUnlockEvent),
+    Plan(PlanEntry),
 }
 
 #[derive(Clone, Debug)]
@@ -90,6 +92,13 @@ fn feed(ix: &mut Index, resource: Resource, c: Change, now: SystemTime) -> Effec
         Resource::Events => {
             let (k, i) = split(resource, c, |e| match e {
                 Entry::ForceUnlock(x) => Some(x),
+                _ => None,
+            });
+            typed(ix, k, i, now)
+        }
+        Resource::TerraformPlans => {
+            let (k, i) = split(resource, c, |e| match e {
+                Entry::Plan(x) => Some(x),
                 _ => None,
             });
             typed(ix, k, i, now)
@@ -171,6 +180,13 @@ fn relist(
             });
             ix.reset(&scope, v, now)
         }
+        Resource::TerraformPlans => {
+            let v = items(resource, changes, |e| match e {
+                Entry::Plan(x) => Some(x),
+                _ => None,
+            });
+            ix.reset(&scope, v, now)
+        }
         _ => {
             let kind = resource.kind().expect("a Terraform* resource");
             let v = items(resource, changes, |e| match e {
@@ -233,6 +249,7 @@ fn object(
         cluster_label: label.map(Into::into),
         jobs,
         cluster,
+        captf: Default::default(),
     };
     Change {
         key: (NS.into(), name.into()),
@@ -281,9 +298,9 @@ fn effective_of(ix: &Index, kind: Kind, name: &str) -> Option<Effective> {
             out = Some(v.effective);
         }
     });
-    ix.for_each_unlocked_object(|_, o, e| {
-        if o.kind == kind && o.name == name {
-            out = Some(e);
+    ix.for_each_unlocked_object(|v| {
+        if v.object.kind == kind && v.object.name == name {
+            out = Some(v.effective);
         }
     });
     out

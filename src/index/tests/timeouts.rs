@@ -141,6 +141,7 @@ fn machine_inherits_its_clusters_own_jobs_and_follows_their_changes() {
         cluster_label: Some("prod".into()),
         jobs: None,
         cluster: None,
+        captf: Default::default(),
     };
     let sources = ix.resolve_for(NS, &obj).sources;
     assert_eq!(

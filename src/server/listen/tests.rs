@@ -126,6 +126,7 @@ fn hold_locks(shared: &Shared, n: usize) {
             cluster_label: None,
             jobs: None,
             cluster: None,
+            captf: Default::default(),
         };
         shared.update(|ix, now| {
             ix.apply((obj.kind, ObjectKey::new(ns, &name)), obj, now);
