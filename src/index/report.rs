@@ -120,6 +120,7 @@ impl Index {
             resolved,
             pod,
             force_unlock_events_present: None,
+            captf: self.captf_view(key),
         })
     }
 }

@@ -134,6 +134,24 @@ pub async fn snapshot(client: &Client, scope: Option<&str>) -> Result<Snapshot, 
         ));
     }
 
+    let plans = Resource::TerraformPlans;
+    let version = plans.spec().versions.first().copied().unwrap_or("v1alpha1");
+    let api: Api<trim::TerraformPlanObject> = api_of(client, scope, plans, version);
+    match list_all(&api, None, None).await {
+        Ok(items) => {
+            let items = items
+                .iter()
+                .map(trim::terraform_plan)
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+            snap.index.reset(&ns, items, now());
+        }
+        Err(e) => snap.warnings.push(format!(
+            "cannot list terraformplans ({}); a lock waiting for an approval is not named",
+            describe(&e)
+        )),
+    }
+
     let (labels, _) = sel(Resource::Pods);
     let api: Api<trim::PodObject> = api_of(client, scope, Resource::Pods, "v1");
     match list_all(&api, labels, None).await {

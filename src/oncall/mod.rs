@@ -17,7 +17,8 @@ use kube::Client;
 use crate::core::classify::HolderClass;
 use crate::core::kind::Kind;
 use crate::core::suffix::{lock_lease_name, state_suffix};
-use crate::index::{LockFilter, ObjectKey, ObjectRef};
+use crate::core::verdict::OurVerdict;
+use crate::index::{LockFilter, LockKey, ObjectKey, ObjectRef};
 use fix::{backend_labels, hcl_map, FixInputs, Lookup};
 use model::{sort_by_urgency, LockReport};
 use render::Output;
@@ -161,14 +162,26 @@ pub async fn explain(
     };
     let now = SystemTime::now();
     let Some(mut facts) = snap.index.lock_facts(namespace, kind.as_str(), &name) else {
-        let lease = lock_lease_name(&state_suffix(namespace, kind, &name));
+        let key = LockKey::new(namespace, state_suffix(namespace, kind, &name));
+        let lease = lock_lease_name(&key.suffix);
         let exists = snap
             .lease_labels
             .contains_key(&ObjectKey::new(namespace, &lease));
-        if exists {
-            out.push_str(&format!(
-                "{kind} {namespace}/{name}: the lock is not held (Lease {lease} has no holder). Nothing to do.\n"
-            ));
+        let view = snap.index.captf_view(&key);
+        let captf = model::captf_report(namespace, &view, OurVerdict::Released);
+        if exists || captf.object_known {
+            let held = if exists {
+                format!("the lock is not held (Lease {lease} has no holder)")
+            } else {
+                format!("no lock Lease {lease} yet (the object has not run a Job)")
+            };
+            let next = if captf.agreement == "differs" {
+                " CAPTF's own verdict differs; see below."
+            } else {
+                " Nothing to do."
+            };
+            out.push_str(&format!("{kind} {namespace}/{name}: {held}.{next}\n"));
+            render::captf_text(&captf, out);
             return 0;
         }
         err.push_str(&format!(

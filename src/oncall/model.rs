@@ -16,7 +16,8 @@ use crate::core::kind::Kind;
 use crate::core::lockinfo::holder_host;
 use crate::core::podname::{check_pod_name, PodName};
 use crate::core::timeouts::{Resolved, Source};
-use crate::index::{unix_seconds, ForceUnlocks, LockLease, PodRead, PodState};
+use crate::core::verdict::{compare, named_holder, Agreement, CaptfReason, OurVerdict};
+use crate::index::{unix_seconds, CaptfView, ForceUnlocks, LockLease, PodRead, PodState};
 
 use super::shell::shq;
 
@@ -70,6 +71,8 @@ pub struct LockFacts {
     pub force_unlocks: ForceUnlocks,
     /// ForceUnlocked Events present in the cluster (one-shot commands).
     pub force_unlock_events_present: Option<u64>,
+    /// What CAPTF's status says of the object.
+    pub captf: CaptfView,
 }
 
 /// Why a holder is not one of the object's own runner pods.
@@ -247,6 +250,139 @@ pub struct LockReport {
     pub last_force_unlock: Option<f64>,
     /// The next commands.
     pub commands: Commands,
+    /// CAPTF's own verdict beside the exporter's.
+    pub captf: CaptfReport,
+}
+
+/// CAPTF's `StateReadable` condition as written.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ConditionReport {
+    /// True, False, Unknown (else `other`).
+    pub status: &'static str,
+    /// The reason as written (capped).
+    pub reason: String,
+    /// The message (capped).
+    pub message: String,
+    /// lastTransitionTime, RFC 3339.
+    pub since: Option<String>,
+}
+
+/// A TerraformPlan the object's apply waits for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PendingPlan {
+    /// Its name.
+    pub name: String,
+    /// The command that shows it for review.
+    pub review: String,
+}
+
+/// CAPTF's own verdict on the lock, beside the exporter's class.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CaptfReport {
+    /// The object is watched (else CAPTF's status is not known).
+    pub object_known: bool,
+    /// The condition, when the object has one.
+    pub condition: Option<ConditionReport>,
+    /// `status.activeJob` is set.
+    pub active_job: bool,
+    /// `agrees`, `differs`, `silent` (CAPTF says nothing about the lock) or
+    /// `not_compared` (object unknown, or a Job runs).
+    pub agreement: &'static str,
+    /// The comparison in words.
+    pub text: String,
+    /// When the exporter first saw the disagreement (exporter only).
+    pub differs_since: Option<f64>,
+    /// `verdict_mismatch` is 1: it outlasted the grace (exporter only).
+    pub mismatch_reported: bool,
+    /// TerraformPlans in phase Pending for the object.
+    pub pending_plans: Vec<PendingPlan>,
+}
+
+/// Builds [`CaptfReport`] for the object in `namespace` with the given
+/// view, the exporter's verdict on its lock being `ours`.
+pub fn captf_report(namespace: &str, view: &CaptfView, ours: OurVerdict<'_>) -> CaptfReport {
+    let status = view.status.as_ref();
+    let condition = status
+        .and_then(|s| s.state_readable.as_ref())
+        .map(|c| ConditionReport {
+            status: c.status.as_str(),
+            reason: c.raw_reason.clone(),
+            message: c.message.clone(),
+            since: c.since.map(rfc3339),
+        });
+    let active_job = status.is_some_and(|s| s.active_job);
+    let (agreement, text) = match status {
+        None => (
+            "not_compared",
+            "CAPTF's status is not known: the object is not watched".to_string(),
+        ),
+        Some(_) if active_job => (
+            "not_compared",
+            "a Job of the object is running: CAPTF checks the lock only between Jobs, so its condition may describe an earlier lock".to_string(),
+        ),
+        Some(s) => match compare(s.state_readable.as_ref(), ours) {
+            Agreement::Agrees => ("agrees", "agrees with the exporter".to_string()),
+            Agreement::Silent => ("silent", silent_text(s.state_readable.as_ref())),
+            Agreement::Differs(d) => ("differs", d.text()),
+        },
+    };
+    let pending_plans = view
+        .pending_plans
+        .iter()
+        .map(|p| PendingPlan {
+            name: p.clone(),
+            review: format!(
+                "kubectl get tfplan -n {} {} -o yaml",
+                shq(namespace),
+                shq(p)
+            ),
+        })
+        .collect();
+    CaptfReport {
+        object_known: status.is_some(),
+        condition,
+        active_job,
+        agreement,
+        text,
+        differs_since: view.disagreement.as_ref().map(|d| unix_seconds(d.since)),
+        mismatch_reported: view.disagreement.as_ref().is_some_and(|d| d.flagged),
+        pending_plans,
+    }
+}
+
+fn silent_text(c: Option<&crate::index::StateReadable>) -> String {
+    match c {
+        None => "CAPTF has not written a StateReadable condition".into(),
+        Some(c) if c.reason == CaptfReason::StateLocked => match named_holder(&c.message) {
+            Some(_) => {
+                "CAPTF's StateLocked message is not in the wording the exporter knows".into()
+            }
+            None => "CAPTF's StateLocked message names no holder".into(),
+        },
+        Some(c) => format!(
+            "CAPTF reports {}/{}, which says nothing about the lock",
+            c.status.as_str(),
+            c.raw_reason
+        ),
+    }
+}
+
+fn rfc3339(unix: f64) -> String {
+    #[allow(clippy::cast_possible_truncation)]
+    let secs = unix.floor() as i64;
+    chrono::DateTime::<chrono::Utc>::from_timestamp(secs, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// What an own stale lock waiting for an approval means, with the plan to
+/// review; None when no plan is pending.
+pub fn waits_for_approval(plans: &[PendingPlan]) -> Option<String> {
+    let first = plans.first()?;
+    Some(format!(
+        "The object's apply waits for the approval of TerraformPlan {} (phase Pending), so no Job starts and nothing clears this lock. Review the plan first: {}. Approving it applies the plan's changes; the exporter never approves anything.",
+        first.name, first.review
+    ))
 }
 
 fn ser_display<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
@@ -424,6 +560,23 @@ impl LockReport {
                 shq(ns)
             ),
         };
+        let ours = OurVerdict::Held {
+            class: f.class,
+            who: lease.info.as_ref().map(|i| i.who.as_str()),
+            who_cut: lease.who_cut,
+        };
+        let captf = captf_report(ns, &f.captf, ours);
+        let mut captf_next = captf_next(
+            f.class,
+            overdue,
+            eff.lock_timeout_seconds,
+            eff.active_deadline_seconds,
+        );
+        if f.class == HolderClass::OwnStale {
+            if let Some(wait) = waits_for_approval(&captf.pending_plans) {
+                captf_next = format!("{captf_next} {wait}");
+            }
+        }
         LockReport {
             namespace: ns.clone(),
             kind: f.kind_label,
@@ -453,16 +606,12 @@ impl LockReport {
             overdue,
             class: f.class,
             urgency: urgency(f.class, overdue),
-            captf_next: captf_next(
-                f.class,
-                overdue,
-                eff.lock_timeout_seconds,
-                eff.active_deadline_seconds,
-            ),
+            captf_next,
             force_unlocks_counted: f.force_unlocks.total,
             force_unlock_events_present: f.force_unlock_events_present,
             last_force_unlock: f.force_unlocks.last_seen,
             commands,
+            captf,
         }
     }
 

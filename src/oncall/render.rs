@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::model::{human_duration, source_text, LockReport, OwnVerdict};
+use super::model::{human_duration, source_text, CaptfReport, LockReport, OwnVerdict};
 use super::shell::show;
 
 /// Output format of `locks`.
@@ -237,10 +237,56 @@ pub fn evidence_text(r: &LockReport) -> String {
     };
     let _ = writeln!(o, "  Force-unlocks: {history}");
     let _ = writeln!(o, "  CAPTF next:    {}", r.captf_next);
+    captf_text(&r.captf, &mut o);
     let _ = writeln!(o, "\nInspect:\n  {}", r.commands.lease);
     if let Some(p) = &r.commands.pod {
         let _ = writeln!(o, "  {p}");
     }
     let _ = writeln!(o, "Confirm clear (empty output):\n  {}", r.commands.confirm);
     o
+}
+
+/// CAPTF's own verdict beside the exporter's, as `explain` prints it.
+pub fn captf_text(c: &CaptfReport, o: &mut String) {
+    let said = match &c.condition {
+        Some(cond) => format!(
+            "{}/{}{}: {}",
+            cond.status,
+            show(&cond.reason),
+            cond.since
+                .as_deref()
+                .map_or(String::new(), |s| format!(" since {s}")),
+            show(&cond.message)
+        ),
+        None if c.object_known => "no StateReadable condition".into(),
+        None => "unknown (the object is not watched)".into(),
+    };
+    let _ = writeln!(o, "  CAPTF says:    {said}");
+    if c.active_job {
+        let _ = writeln!(
+            o,
+            "  Active Job:    yes (CAPTF checks the lock only between Jobs)"
+        );
+    }
+    let verdict = match c.agreement {
+        "differs" => {
+            let mut t = format!("DIFFER: {}", c.text);
+            if c.mismatch_reported {
+                t.push_str(" (verdict_mismatch is 1: longer than --verdict-grace)");
+            } else if let Some(since) = c.differs_since {
+                t.push_str(&format!(" (since {}, within --verdict-grace)", at(since)));
+            }
+            t
+        }
+        _ => c.text.clone(),
+    };
+    let _ = writeln!(o, "  Verdicts:      {verdict}");
+    for p in &c.pending_plans {
+        let _ = writeln!(
+            o,
+            "  Pending plan:  {} (review: {})",
+            show(&p.name),
+            p.review
+        );
+    }
 }

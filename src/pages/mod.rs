@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use crate::index::{LockFilter, Resource};
-use crate::oncall::model::{human_duration, source_text, LockReport, OwnVerdict};
+use crate::oncall::model::{human_duration, source_text, CaptfReport, LockReport, OwnVerdict};
 use crate::oncall::render::{at, next_short};
 use crate::shared::Shared;
 
@@ -231,6 +231,67 @@ fn dd(o: &mut String, term: &str, value: &str) {
     let _ = write!(o, "<dt>{term}</dt><dd>{value}</dd>");
 }
 
+/// CAPTF's own verdict beside the exporter's: its condition, whether a Job
+/// runs, whether the two agree, and the plans the object's apply waits for.
+fn captf_rows(c: &CaptfReport, o: &mut String) {
+    let said = match &c.condition {
+        Some(cond) => format!(
+            "<span id=\"captf-condition\"><b>{}/{}</b></span>{}: {}",
+            escape(cond.status),
+            escape(&cond.reason),
+            cond.since
+                .as_deref()
+                .map_or(String::new(), |s| format!(" since {}", escape(s))),
+            escape(&cond.message)
+        ),
+        None if c.object_known => {
+            "<span id=\"captf-condition\">no StateReadable condition</span>".into()
+        }
+        None => "<span id=\"captf-condition\">unknown (the object is not watched)</span>".into(),
+    };
+    dd(o, "CAPTF's verdict (StateReadable)", &said);
+    if c.active_job {
+        dd(
+            o,
+            "Active Job",
+            "yes: CAPTF checks the lock only between Jobs, so its condition may lag",
+        );
+    }
+    let verdict = match c.agreement {
+        "differs" => {
+            let when = if c.mismatch_reported {
+                " (reported: longer than --verdict-grace)".to_string()
+            } else {
+                c.differs_since.map_or(String::new(), |t| {
+                    format!(" (since {}, within --verdict-grace)", at(t))
+                })
+            };
+            format!("<b>differ</b>: {}{when}", escape(&c.text))
+        }
+        "agrees" => "<b>agrees</b>".into(),
+        _ => escape(&c.text),
+    };
+    dd(
+        o,
+        "CAPTF and the exporter",
+        &format!(
+            "<span id=\"captf-agreement\" data-agreement=\"{}\">{verdict}</span>",
+            c.agreement
+        ),
+    );
+    for p in &c.pending_plans {
+        dd(
+            o,
+            "Waits for approval",
+            &format!(
+                "TerraformPlan <code class=\"pending-plan\">{}</code> is Pending: no Job starts until it is approved, and approving applies its changes (the exporter never approves). Review it first: <code>{}</code>",
+                escape(&p.name),
+                escape(&p.review)
+            ),
+        );
+    }
+}
+
 /// One lock's evidence chain as HTML.
 pub fn evidence_html(r: &LockReport) -> String {
     let kind = if r.kind.is_empty() { "-" } else { r.kind };
@@ -345,6 +406,7 @@ pub fn evidence_html(r: &LockReport) -> String {
     };
     dd(&mut o, "Force-unlocks", &history);
     dd(&mut o, "What CAPTF does next", &escape(&r.captf_next));
+    captf_rows(&r.captf, &mut o);
     o.push_str("</dl><h2>Next commands</h2><pre id=\"commands\">");
     let _ = writeln!(o, "# inspect the Lease\n{}", escape(&r.commands.lease));
     if let Some(p) = &r.commands.pod {
