@@ -18,9 +18,12 @@ pub struct Shared {
     /// [`Shared::read`] and [`Shared::update`], which also recover the
     /// index from a poisoned lock the one way.
     index: RwLock<Index>,
-    /// Bumped after every write of the index, so that a cached exposition
-    /// knows whether it is still current without reading the index.
+    /// Bumped after every write of the index that changed what `/metrics`
+    /// shows, so that the renderer knows whether its body is still current
+    /// without reading the index.
     generation: AtomicU64,
+    /// Wakes the renderer after such a write.
+    changed: tokio::sync::Notify,
     /// Watch health and self-metrics.
     pub health: Health,
     /// Holder pods to confirm with a live read.
@@ -39,6 +42,7 @@ impl Shared {
         let shared = Shared {
             index: RwLock::new(Index::new()),
             generation: AtomicU64::new(0),
+            changed: tokio::sync::Notify::new(),
             health: Health::new(),
             confirm_tx,
             api: Arc::new(ApiLink::new()),
@@ -58,35 +62,42 @@ impl Shared {
     /// applied change at worst; the supervisor ends the process on a
     /// panicking task, so carrying on here only serves the last scrapes.
     pub fn write<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
-        self.locked(f, true)
+        self.locked(f)
     }
 
-    /// Runs `f` on the index under the write lock for bookkeeping that no
-    /// metric shows (which overdue warnings were logged, which old read
-    /// results to drop): unlike [`Shared::write`] it does not mark the
-    /// rendered exposition out of date, so a once-a-second housekeeping
-    /// pass does not cost a re-render every second.
+    /// Runs `f` on the index under the write lock for bookkeeping (which
+    /// overdue warnings were logged, which old read results to drop). The
+    /// same as [`Shared::write`]: either marks the exposition out of date
+    /// only when the index says something it shows changed.
     pub fn write_unrendered<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
-        self.locked(f, false)
+        self.locked(f)
     }
 
-    fn locked<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T, rendered: bool) -> T {
+    fn locked<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
         let now = SystemTime::now();
         let mut index = match self.index.write() {
             Ok(index) => index,
             Err(poisoned) => poisoned.into_inner(),
         };
         let out = f(&mut index, now);
-        if rendered {
+        if index.take_changed() {
             // Bumped before the lock is released: a reader that sees the
             // old generation takes its snapshot after this write or before
             // it, never from a change it does not know about.
             self.generation.fetch_add(1, Ordering::Release);
+            drop(index);
+            self.changed.notify_one();
         }
         out
     }
 
-    /// A number that changes whenever the index changes: equal
+    /// Waits until a write changes what `/metrics` shows (returns at once
+    /// when one happened since the last wait).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// A number that changes whenever what the index shows changes: equal
     /// generations mean equal index-derived series (ages aside).
     pub fn index_generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)

@@ -84,6 +84,7 @@ impl Index {
         self.schedule_overdue(key, now);
         self.review_verdict(key, now);
         if new_class != old_class {
+            self.mark_changed();
             if let Some(lock) = self.locks.get(key) {
                 let rec = self.change_record(key, lock, old_class, new_class, now);
                 fx.class_changes.push(rec);
@@ -113,7 +114,9 @@ impl Index {
                 Agreement::Agrees | Agreement::Silent => None,
             }
         });
-        self.verdicts.observe(key, difference, now);
+        if self.verdicts.observe(key, difference, now) {
+            self.mark_changed();
+        }
     }
 
     /// Queues a held foreign or unknown lock whose overdue warning is not

@@ -61,14 +61,22 @@ impl ForceUnlockIndex {
         key: ObjectKey,
         ev: ForceUnlockEvent,
         known: &dyn Fn(&ObjectRef) -> bool,
-    ) {
+    ) -> bool {
+        if self.events.get(&key) == Some(&ev) {
+            return false;
+        }
         self.store(key, ev, true, known);
+        true
     }
 
-    /// Forgets an Event (deleted or expired).
-    pub fn delete(&mut self, key: &ObjectKey, known: &dyn Fn(&ObjectRef) -> bool) {
-        if let Some(old) = self.events.remove(key) {
-            self.release(regarding(&old), known);
+    /// Forgets an Event (deleted or expired); returns whether it was kept.
+    pub fn delete(&mut self, key: &ObjectKey, known: &dyn Fn(&ObjectRef) -> bool) -> bool {
+        match self.events.remove(key) {
+            Some(old) => {
+                self.release(regarding(&old), known);
+                true
+            }
+            None => false,
         }
     }
 

@@ -22,6 +22,9 @@ impl IndexResource<LockLease> for Index {
             return fx;
         };
         let old = self.locks.remove(&lock);
+        if old.as_ref().is_none_or(|o| o.lease != lease) {
+            self.mark_changed();
+        }
         let old_class = old.as_ref().and_then(|l| l.state.class);
         // Keep the observed start of a lock across updates and relists of
         // the same lock, so an "observed" age does not restart.
@@ -50,6 +53,7 @@ impl IndexResource<LockLease> for Index {
         };
         self.overdue.remove(&lock);
         if let Some(old) = self.locks.remove(&lock) {
+            self.mark_changed();
             if old.lease.is_held() {
                 let rec = self.change_record(&lock, &old, old.state.class, None, now);
                 fx.class_changes.push(rec);
@@ -115,6 +119,16 @@ impl IndexResource<TfObject> for Index {
         if obj.kind != kind {
             return IndexResource::<TfObject>::delete(self, (kind, key), now);
         }
+        let lock = LockKey::new(
+            &key.namespace,
+            state_suffix(&key.namespace, kind, &key.name),
+        );
+        if self.policy.object(&lock) == Some(&obj) {
+            // CAPTF writes its status often (lastRun, other conditions):
+            // nothing the exporter keeps moved.
+            return fx;
+        }
+        self.mark_changed();
         if kind == Kind::TerraformCluster {
             // Its machines' and pools' timeouts may change with it.
             self.overdue.mark_stale();
@@ -129,6 +143,14 @@ impl IndexResource<TfObject> for Index {
 
     fn delete(&mut self, (kind, key): (Kind, ObjectKey), now: SystemTime) -> Effects {
         let mut fx = Effects::default();
+        let lock = LockKey::new(
+            &key.namespace,
+            state_suffix(&key.namespace, kind, &key.name),
+        );
+        if self.policy.object(&lock).is_none() {
+            return fx;
+        }
+        self.mark_changed();
         if kind == Kind::TerraformCluster {
             self.overdue.mark_stale();
         }
@@ -160,12 +182,16 @@ impl IndexResource<PlanEntry> for Index {
     type Scope = Option<String>;
 
     fn apply(&mut self, key: ObjectKey, plan: PlanEntry, _now: SystemTime) -> Effects {
-        self.plans.apply(key, plan);
+        if self.plans.apply(key, plan) {
+            self.mark_changed();
+        }
         Effects::default()
     }
 
     fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
-        self.plans.remove(&key);
+        if self.plans.remove(&key) {
+            self.mark_changed();
+        }
         Effects::default()
     }
 
@@ -185,14 +211,18 @@ impl IndexResource<CapiCluster> for Index {
     type Scope = Option<String>;
 
     fn apply(&mut self, key: ObjectKey, cluster: CapiCluster, _now: SystemTime) -> Effects {
-        self.policy.apply_capi(key, cluster);
-        self.overdue.mark_stale();
+        if self.policy.apply_capi(key, cluster) {
+            self.mark_changed();
+            self.overdue.mark_stale();
+        }
         Effects::default()
     }
 
     fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
-        self.policy.remove_capi(&key);
-        self.overdue.mark_stale();
+        if self.policy.remove_capi(&key) {
+            self.mark_changed();
+            self.overdue.mark_stale();
+        }
         Effects::default()
     }
 
@@ -213,14 +243,20 @@ impl IndexResource<ForceUnlockEvent> for Index {
 
     fn apply(&mut self, key: ObjectKey, ev: ForceUnlockEvent, now: SystemTime) -> Effects {
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
-        self.force_unlocks
+        let changed = self
+            .force_unlocks
             .apply(key, without_future_time(ev, now), &known);
+        if changed {
+            self.mark_changed();
+        }
         Effects::default()
     }
 
     fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
-        self.force_unlocks.delete(&key, &known);
+        if self.force_unlocks.delete(&key, &known) {
+            self.mark_changed();
+        }
         Effects::default()
     }
 
@@ -236,6 +272,9 @@ impl IndexResource<ForceUnlockEvent> for Index {
             .collect();
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
         self.force_unlocks.reset(scope.as_deref(), items, &known);
+        // A relist of Events is rare; whether it moved a counter is not
+        // worth tracking.
+        self.mark_changed();
         Effects::default()
     }
 }
@@ -275,6 +314,20 @@ impl Index {
     /// An empty index.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Whether anything `/metrics` shows changed since the last call: a
+    /// write that changes nothing (a pod write that moves no lock's class,
+    /// an object whose status moved only in fields the exporter does not
+    /// keep, the delete of an Event that was never kept) leaves the
+    /// rendered exposition current.
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// Marks the exposition out of date.
+    pub(super) fn mark_changed(&mut self) {
+        self.changed = true;
     }
 
     /// Deletes `stale` keys that `items` does not list again, then applies

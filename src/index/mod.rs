@@ -124,6 +124,8 @@ pub struct Index {
     overdue: overdue::OverdueQueue,
     plans: plans::PlanIndex,
     verdicts: verdicts::VerdictIndex,
+    /// Something `/metrics` shows changed since [`Index::take_changed`].
+    changed: bool,
 }
 
 #[cfg(test)]

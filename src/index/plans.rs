@@ -20,31 +20,35 @@ pub struct PlanIndex {
 }
 
 impl PlanIndex {
-    /// Adds or replaces a plan; returns the targets whose pending plans changed.
-    pub fn apply(&mut self, key: ObjectKey, plan: PlanEntry) -> Vec<LockKey> {
+    /// Adds or replaces a plan; returns whether the pending plans of any
+    /// object changed.
+    pub fn apply(&mut self, key: ObjectKey, plan: PlanEntry) -> bool {
         let target = LockKey::new(
             &key.namespace,
             state_suffix(&key.namespace, plan.target_kind, &plan.target_name),
         );
-        let mut touched = self.remove(&key);
+        let kept = (target.clone(), plan.pending);
+        if self.plans.get(&key) == Some(&kept) {
+            return false;
+        }
+        let was_pending = self.remove(&key);
         if plan.pending {
             self.pending
-                .entry(target.clone())
+                .entry(target)
                 .or_default()
                 .insert(key.name.clone());
-            touched.push(target.clone());
         }
-        self.plans.insert(key, (target, plan.pending));
-        touched
+        self.plans.insert(key, kept);
+        was_pending || plan.pending
     }
 
-    /// Forgets a plan; returns the target when it was pending.
-    pub fn remove(&mut self, key: &ObjectKey) -> Vec<LockKey> {
+    /// Forgets a plan; returns whether it was pending.
+    pub fn remove(&mut self, key: &ObjectKey) -> bool {
         let Some((target, pending)) = self.plans.remove(key) else {
-            return Vec::new();
+            return false;
         };
         if !pending {
-            return Vec::new();
+            return false;
         }
         if let Some(names) = self.pending.get_mut(&target) {
             names.remove(&key.name);
@@ -52,7 +56,7 @@ impl PlanIndex {
                 self.pending.remove(&target);
             }
         }
-        vec![target]
+        true
     }
 
     /// Plan keys in a namespace (None: all).
@@ -100,18 +104,16 @@ mod tests {
         let mut ix = PlanIndex::default();
         let key = ObjectKey::new("ns", "web-plan-1");
         let target = LockKey::new("ns", state_suffix("ns", Kind::TerraformCluster, "web"));
-        assert_eq!(
-            ix.apply(key.clone(), plan("web", true)),
-            vec![target.clone()]
+        assert!(ix.apply(key.clone(), plan("web", true)));
+        assert!(
+            !ix.apply(key.clone(), plan("web", true)),
+            "the same again changes nothing"
         );
         assert_eq!(ix.pending_for(&target).collect::<Vec<_>>(), ["web-plan-1"]);
         // Approved: no longer waits.
-        assert_eq!(
-            ix.apply(key.clone(), plan("web", false)),
-            vec![target.clone()]
-        );
+        assert!(ix.apply(key.clone(), plan("web", false)));
         assert_eq!(ix.pending_for(&target).count(), 0);
-        assert!(ix.remove(&key).is_empty(), "not pending: nothing to redraw");
+        assert!(!ix.remove(&key), "not pending: nothing to redraw");
         assert!(ix.is_empty());
     }
 

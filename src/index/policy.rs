@@ -84,14 +84,14 @@ impl PolicyIndex {
             .collect()
     }
 
-    /// Stores a CAPI Cluster.
-    pub fn apply_capi(&mut self, key: ObjectKey, cluster: CapiCluster) {
-        self.capi.insert(key, cluster);
+    /// Stores a CAPI Cluster; returns whether it changed.
+    pub fn apply_capi(&mut self, key: ObjectKey, cluster: CapiCluster) -> bool {
+        self.capi.insert(key, cluster.clone()) != Some(cluster)
     }
 
-    /// Removes a CAPI Cluster.
-    pub fn remove_capi(&mut self, key: &ObjectKey) {
-        self.capi.remove(key);
+    /// Removes a CAPI Cluster; returns whether it was kept.
+    pub fn remove_capi(&mut self, key: &ObjectKey) -> bool {
+        self.capi.remove(key).is_some()
     }
 
     /// Keys of the CAPI Clusters in `scope`.

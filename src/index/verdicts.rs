@@ -57,14 +57,19 @@ impl VerdictIndex {
     /// Records what differs for `key` now (None: nothing). A disagreement
     /// keeps the time it started while it lasts, whatever its direction;
     /// agreement, silence or an active Job ends it.
-    pub fn observe(&mut self, key: &LockKey, difference: Option<Difference>, now: SystemTime) {
+    /// Returns whether `verdict_mismatch` changed (a reported one ended).
+    pub fn observe(
+        &mut self,
+        key: &LockKey,
+        difference: Option<Difference>,
+        now: SystemTime,
+    ) -> bool {
         let Some(difference) = difference else {
-            self.forget(key);
-            return;
+            return self.forget(key);
         };
         if let Some(open) = self.open.get_mut(key) {
             open.difference = difference;
-            return;
+            return false;
         }
         self.due.set(key, unix_ms(now + self.grace));
         self.open.insert(
@@ -75,12 +80,14 @@ impl VerdictIndex {
                 flagged: false,
             },
         );
+        false
     }
 
-    /// Forgets `key` (its object is gone, or nothing differs).
-    pub fn forget(&mut self, key: &LockKey) {
+    /// Forgets `key` (its object is gone, or nothing differs); returns
+    /// whether its disagreement had been reported.
+    pub fn forget(&mut self, key: &LockKey) -> bool {
         self.due.remove(key);
-        self.open.remove(key);
+        self.open.remove(key).is_some_and(|d| d.flagged)
     }
 
     /// Whether some disagreement outlasted the grace and is not flagged yet.

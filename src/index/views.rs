@@ -90,6 +90,9 @@ impl Index {
     /// the last call (`verdict_mismatch` turns 1); each is returned once.
     pub fn newly_mismatched(&mut self, now: SystemTime) -> Vec<Mismatch> {
         let flagged = self.verdicts.flag_due(now);
+        if !flagged.is_empty() {
+            self.mark_changed();
+        }
         flagged
             .into_iter()
             .map(|(key, d)| {
@@ -183,6 +186,10 @@ impl Index {
             if let Some(l) = self.locks.get_mut(&key) {
                 l.state.overdue_logged = true;
             }
+        }
+        if !found.is_empty() {
+            // captf_state_lock_overdue turned 1 with the clock alone.
+            self.mark_changed();
         }
         found
     }

@@ -2,6 +2,7 @@
 //! holds the builders and the typed-input adapter; the tests live in one
 //! file per concern.
 
+mod changed;
 mod classes;
 mod counters;
 mod integrity;

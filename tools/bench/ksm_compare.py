@@ -1,0 +1,820 @@
+#!/usr/bin/env python3
+"""Issue 17: captf-lock-exporter side by side with kube-state-metrics, against one real kube-apiserver.
+
+One run: a real control plane (tests/pykit/controlplane.py: etcd + kube-apiserver built by
+tools/kube/build.sh), CAPTF's CRDs (tests/crds), N lock Leases (H of them held, by workstations)
+in the shape the backend and CAPTF write them (tests/pykit/builders.py) with their
+TerraformMachines, created by parallel POSTs. Then, one after the other, each alone with the API
+server:
+
+  exporter  the release binary (copied to the work directory first, so a rebuild does not touch it),
+            ServiceAccount ``captf-bench/exporter`` bound to the chart's read-only rules;
+  KSM       kube-state-metrics ``--resources=leases``, ServiceAccount ``captf-bench/ksm`` allowed
+            list/watch on Leases; by default as upstream ships it (no ``--enable-gzip-encoding``);
+  anchor    the exporter's own /metrics bodies (plain and gzip, saved once) served by a trivial
+            static HTTP server (this file, ``--serve-static``, a separate process);
+
+and, with ``--ksm-gzip`` (the default), a second KSM with ``--enable-gzip-encoding`` for the
+scrape and size rows only. Each tool's phase: start -> ready (CPU seconds by then) -> 60 s at rest
+(no scrapes: idle CPU, API requests from the audit log, VmRSS at its end) -> 100 sequential
+scrapes -> body sizes -> 10 concurrent scrapers (VmHWM after a clear_refs reset, and VmRSS
+sampled every 5 ms) -> stopped by PID. Prints a Markdown table; ``--out`` gets everything as JSON.
+
+Every wait polls a condition against a deadline. Every process started here is stopped by its
+PID on exit, on failure and on SIGINT/SIGTERM.
+
+Needs the Python packages of tests/requirements.txt (requests, PyYAML, cryptography,
+prometheus_client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gzip
+import http.client
+import http.server
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import socketserver
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+PROM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+               "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")  # what Prometheus 2.x/3.x sends
+TEXT_ACCEPT = "text/plain;version=0.0.4"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+MiB = 1024 * 1024
+M = "TerraformMachine"
+BENCH_NS = "captf-bench"
+
+
+def log(*a: object) -> None:
+    print(f"[ksm-compare {time.strftime('%H:%M:%S')}]", *a, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# The static anchor (a separate process: python3 ksm_compare.py --serve-static DIR --port P)
+# ------------------------------------------------------------------------------------------------
+
+def serve_static(d: Path, port: int) -> None:
+    plain = (d / "body.plain").read_bytes()
+    gz = (d / "body.gzip").read_bytes()
+    ctype = (d / "content-type").read_text().strip()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the exporter and KSM
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path == "/readyz":
+                body, extra = b"ok\n", {}
+            elif self.path == "/metrics":
+                want_gzip = "gzip" in (self.headers.get("Accept-Encoding") or "")
+                body, extra = (gz, {"Content-Encoding": "gzip"}) if want_gzip else (plain, {})
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in extra.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_a: Any) -> None:
+            pass
+
+    class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+        daemon_threads = True
+
+    S(("127.0.0.1", port), H).serve_forever()
+
+
+# ------------------------------------------------------------------------------------------------
+# Processes: started here, stopped here by PID
+# ------------------------------------------------------------------------------------------------
+
+PROCS: list[subprocess.Popen] = []
+
+
+def start(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    logf = open(log_path, "ab")
+    logf.write(("$ " + " ".join(argv) + "\n").encode())
+    logf.flush()
+    p = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    logf.close()
+    PROCS.append(p)
+    return p
+
+
+def stop(p: subprocess.Popen | None, timeout: float = 15.0) -> None:
+    if p is None:
+        return
+    if p.poll() is None:
+        try:
+            os.kill(p.pid, signal.SIGTERM)
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(10)
+        except ProcessLookupError:
+            pass
+    if p in PROCS:
+        PROCS.remove(p)
+
+
+def stop_all() -> None:
+    for p in reversed(list(PROCS)):
+        stop(p)
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop everything
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Timeout(AssertionError):
+    pass
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.1,
+             alive: subprocess.Popen | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        if alive is not None and alive.poll() is not None:
+            raise RuntimeError(f"process {alive.args[0]} (pid {alive.pid}) exited with {alive.returncode} "
+                               f"while waiting for {what}")
+        try:
+            v = pred()
+            if v:
+                return v
+            last = v
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            last = e
+        if time.monotonic() >= deadline:
+            raise Timeout(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+# ------------------------------------------------------------------------------------------------
+# /proc
+# ------------------------------------------------------------------------------------------------
+
+def status_kib(pid: int, key: str) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+class PeakRss:
+    """Peak RSS of a phase: VmHWM after a reset (clear_refs 5), and VmRSS sampled every 5 ms."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.sampled_kib = 0
+        self.hwm_kib = 0
+        self.reset_ok = False
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sampled_kib = max(self.sampled_kib, status_kib(self.pid, "VmRSS"))
+            except OSError:
+                return
+            self._stop.wait(0.005)
+
+    def __enter__(self) -> "PeakRss":
+        try:
+            with open(f"/proc/{self.pid}/clear_refs", "w") as f:
+                f.write("5")
+            self.reset_ok = True
+        except OSError:
+            self.reset_ok = False
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._t.join()
+        if self.reset_ok:
+            self.hwm_kib = status_kib(self.pid, "VmHWM")
+
+    @property
+    def peak_kib(self) -> int:
+        return max(self.sampled_kib, self.hwm_kib)
+
+
+# ------------------------------------------------------------------------------------------------
+# HTTP
+# ------------------------------------------------------------------------------------------------
+
+class Scraper:
+    """One keep-alive connection; ``get`` returns (seconds to the last body byte, raw body, headers)."""
+
+    def __init__(self, port: int, timeout: float = 30.0):
+        self.port = port
+        self.timeout = timeout
+        self.c: http.client.HTTPConnection | None = None
+
+    def get(self, path: str, accept: str = PROM_ACCEPT, encoding: str = "gzip") -> tuple[float, int, bytes, dict]:
+        for attempt in (1, 2):
+            if self.c is None:
+                self.c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+            t = time.perf_counter()
+            try:
+                self.c.request("GET", path, headers={"Accept": accept, "Accept-Encoding": encoding})
+                r = self.c.getresponse()
+                body = r.read()
+                return time.perf_counter() - t, r.status, body, {k.lower(): v for k, v in r.getheaders()}
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.close()  # an idle keep-alive connection the server closed: once more, anew
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def metrics(self, encoding: str = "gzip", accept: str = PROM_ACCEPT) -> tuple[float, bytes, dict]:
+        """GET /metrics; the body decompressed when it came gzip'd; raises on a status other than 200."""
+        secs, status, body, h = self.get("/metrics", accept, encoding)
+        if status != 200:
+            raise RuntimeError(f"/metrics on :{self.port}: {status}")
+        if h.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        return secs, body, h
+
+    def close(self) -> None:
+        if self.c is not None:
+            self.c.close()
+            self.c = None
+
+
+def pct(xs: list[float], p: float) -> float:
+    """Nearest-rank percentile."""
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, -(-len(s) * p // 100) - 1))
+    return s[int(k)]
+
+
+def count_series(body: bytes, name: str) -> int:
+    return body.count(b"\n" + name.encode() + b"{") + (1 if body.startswith(name.encode() + b"{") else 0)
+
+
+def exporter_complete(body: bytes, n: int, held: int) -> bool:
+    # an OpenMetrics or 0.0.4 sample line: `name{labels} value` (no timestamps from the exporter)
+    vals = []
+    for line in body.split(b"\n"):
+        if line.startswith(b"captf_state_lock_held{"):
+            vals.append(float(line.rsplit(b" ", 1)[1]))
+    return len(vals) == n and sum(vals) == held
+
+
+# ------------------------------------------------------------------------------------------------
+# The fleet
+# ------------------------------------------------------------------------------------------------
+
+def build_fleet(n: int, held: int, namespaces: int) -> tuple[list[str], list[dict[str, Any]]]:
+    from pykit.builders import lease, lock_lease, state_suffix, terraform_object
+
+    nss = [f"bench-{i:03d}" for i in range(namespaces)]
+    step = n / held if held else 0
+    held_idx = {int(k * step) for k in range(held)} if held else set()
+    objs: list[dict[str, Any]] = []
+    for i in range(n):
+        ns = nss[i % namespaces]
+        name = f"m{i:05d}"
+        objs.append(terraform_object(M, ns, name))
+        if i in held_idx:
+            # held by a workstation: class foreign, no holder pod to read
+            objs.append(lock_lease(ns, M, name, who=f"user{i % 97}@laptop-{i % 13}"))
+        else:
+            objs.append(lease(ns, state_suffix(ns, M, name), owner_kind=M, owner_name=name))
+    return nss, objs
+
+
+def create_parallel(cp: Any, objs: list[dict[str, Any]], workers: int) -> float:
+    from pykit.controlplane import Kube
+
+    local = threading.local()
+    made: list[Kube] = []
+    lock = threading.Lock()
+
+    def one(o: dict[str, Any]) -> None:
+        if not hasattr(local, "kube"):
+            local.kube = Kube(cp.url, cp.admin_token, cp.ca_file)
+            with lock:
+                made.append(local.kube)
+        local.kube.create(o)
+
+    t = time.monotonic()
+    try:
+        with ThreadPoolExecutor(workers) as ex:
+            for _ in ex.map(one, objs):
+                pass
+    finally:
+        for k in made:
+            k.close()
+    return time.monotonic() - t
+
+
+EXPORTER_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["infrastructure.cluster.x-k8s.io"],
+     "resources": ["terraformclusters", "terraformmachines", "terraformmachinepools", "terraformplans"],
+     "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["get", "list", "watch"]},
+]
+KSM_RULES = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "watch"]}]
+
+
+def service_account(cp: Any, name: str, rules: list[dict[str, Any]], workdir: Path) -> tuple[str, Path]:
+    """ServiceAccount captf-bench/<name>, a ClusterRole with ``rules`` bound to it, and a kubeconfig
+    with its token (TokenRequest, 4 h). Returns (audit user name, kubeconfig)."""
+    kube = cp.kube
+    kube.request("POST", "/api/v1/namespaces/%s/serviceaccounts" % BENCH_NS, json={
+        "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": BENCH_NS}})
+    role = f"captf-bench-{name}"
+    kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles", json={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+        "rules": rules})
+    kube.request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", json={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": BENCH_NS}]})
+    token = kube.token(BENCH_NS, name, seconds=4 * 3600)
+    kc = cp.kubeconfig(workdir / f"kubeconfig-{name}", token, user=name)
+    return f"system:serviceaccount:{BENCH_NS}:{name}", kc
+
+
+# ------------------------------------------------------------------------------------------------
+# The audit log, read from an offset
+# ------------------------------------------------------------------------------------------------
+
+def audit_ts(s: str) -> float:
+    return dt.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+def audit_requests(path: Path, offset: int, user: str, t0: float, t1: float) -> dict[str, Any]:
+    """Requests of ``user`` received in [t0, t1) (Unix time), from the audit log past ``offset``:
+    one per auditID; by verb and resource; watches counted when received."""
+    seen: dict[str, dict[str, Any]] = {}
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for raw in f:
+            if not raw.startswith(b"{") or user.encode() not in raw:
+                continue
+            try:
+                ev = json.loads(raw)
+            except ValueError:
+                continue
+            if ev.get("user", {}).get("username") != user:
+                continue
+            ts = audit_ts(ev["requestReceivedTimestamp"])
+            if not (t0 <= ts < t1):
+                continue
+            seen.setdefault(ev["auditID"], ev)
+    by: dict[str, int] = {}
+    for ev in seen.values():
+        res = (ev.get("objectRef") or {}).get("resource", "-")
+        k = f"{ev['verb']} {res}"
+        by[k] = by.get(k, 0) + 1
+    return {"requests": len(seen), "by_verb_resource": dict(sorted(by.items()))}
+
+
+# ------------------------------------------------------------------------------------------------
+# Series per Lease
+# ------------------------------------------------------------------------------------------------
+
+def series_per_lease_exporter(body: bytes, n: int) -> dict[str, Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    per_family: dict[str, int] = {}
+    held_keys: set[tuple[str, str, str]] = set()
+    by_key: dict[tuple[str, str, str], list[str]] = {}
+    total = 0
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            total += 1
+            lb = s.labels
+            if "name" in lb and "kind" in lb and "namespace" in lb:
+                key = (lb["namespace"], lb["kind"], lb["name"])
+                per_family[s.name] = per_family.get(s.name, 0) + 1
+                by_key.setdefault(key, []).append(s.name)
+                if s.name == "captf_state_lock_held" and s.value == 1:
+                    held_keys.add(key)
+    held_counts = [len(v) for k, v in by_key.items() if k in held_keys]
+    free_counts = [len(v) for k, v in by_key.items() if k not in held_keys]
+    return {
+        "families_per_object": dict(sorted(per_family.items())),
+        "objects": len(by_key),
+        "series_per_object": round(sum(per_family.values()) / max(1, n), 2),
+        "series_per_held_lease": round(sum(held_counts) / max(1, len(held_counts)), 2),
+        "series_per_free_lease": round(sum(free_counts) / max(1, len(free_counts)), 2),
+        "samples_total": total,
+    }
+
+
+def series_per_lease_ksm(body: bytes, n: int) -> dict[str, Any]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    per_family: dict[str, int] = {}
+    total = 0
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            total += 1
+            if s.name.startswith("kube_lease_"):
+                per_family[s.name] = per_family.get(s.name, 0) + 1
+    return {
+        "families_per_lease": dict(sorted(per_family.items())),
+        "series_per_lease": round(sum(per_family.values()) / max(1, n), 2),
+        "samples_total": total,
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# One tool's phase
+# ------------------------------------------------------------------------------------------------
+
+def mark(cp: Any) -> tuple[int, float]:
+    return cp.apiserver.audit_log.stat().st_size, time.time()
+
+
+def measure(tool: str, proc: subprocess.Popen, port: int, ready: Callable[[Scraper], bool], *,
+            cp: Any, user: str | None, args: argparse.Namespace, t_start: float,
+            mark: tuple[int, float], rows: set[str] | None = None) -> dict[str, Any]:
+    """Everything the table shows for one running process. ``rows`` None: all. ``mark``: the audit
+    log's size and the Unix time just before the process was started."""
+    want = (lambda r: rows is None or r in rows)
+    out: dict[str, Any] = {"pid": proc.pid}
+    probe = Scraper(port)
+    try:
+        wait_for(lambda: ready(probe), args.ready_timeout, f"{tool} ready", interval=0.1, alive=proc)
+    finally:
+        probe.close()
+    out["ready_s"] = round(time.monotonic() - t_start, 2)
+    out["ready_cpu_s"] = round(cpu_seconds(proc.pid), 2)
+    out["rss_ready_MiB"] = round(status_kib(proc.pid, "VmRSS") / 1024, 1)
+    log(f"{tool}: ready in {out['ready_s']} s ({out['ready_cpu_s']} CPU s), RSS {out['rss_ready_MiB']} MiB")
+    if user is not None:
+        out["api_to_ready"] = audit_requests(cp.apiserver.audit_log, mark[0], user, mark[1], time.time())
+
+    if want("idle"):
+        audit = cp.apiserver.audit_log
+        offset = audit.stat().st_size
+        c0, w0, m0 = cpu_seconds(proc.pid), time.time(), time.monotonic()
+        log(f"{tool}: {args.idle_seconds} s at rest (no scrapes)")
+        # a measured window, not a wait for something: it ends early only if the process dies
+        while time.monotonic() - m0 < args.idle_seconds:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{tool} exited with {proc.returncode} at rest")
+            time.sleep(min(1.0, max(0.0, args.idle_seconds - (time.monotonic() - m0))))
+        c1, w1, m1 = cpu_seconds(proc.pid), time.time(), time.monotonic()
+        window = m1 - m0
+        out["idle_window_s"] = round(window, 1)
+        out["idle_cpu_pct"] = round((c1 - c0) / window * 100, 3)
+        out["rss_rest_MiB"] = round(status_kib(proc.pid, "VmRSS") / 1024, 1)
+        if user is not None:
+            # the audit log is written in blocking mode: a request received in the window is there
+            a = audit_requests(audit, offset, user, w0, w1)
+            out["api_rest"] = a
+            out["api_req_per_min"] = round(a["requests"] * 60 / (w1 - w0), 2)
+        else:
+            out["api_req_per_min"] = 0.0
+
+    sc = Scraper(port)
+    try:
+        if want("sizes"):
+            _, status, plain, h = sc.get("/metrics", PROM_ACCEPT, "identity")
+            _, status2, gz, hg = sc.get("/metrics", PROM_ACCEPT, "gzip")
+            assert status == status2 == 200, (status, status2)
+            out["content_type"] = h.get("content-type")
+            out["bytes_plain"] = len(plain)
+            if hg.get("content-encoding") == "gzip":
+                out["gzip_served"] = True
+                out["bytes_gzip"] = len(gz)
+                gzip.decompress(gz)  # must decompress
+            else:
+                out["gzip_served"] = False
+                out["bytes_gzip"] = len(gzip.compress(plain, 6))  # what Go's default level roughly gives
+            out["_plain"], out["_gzip"] = plain, gz
+            _, status3, text, _ = sc.get("/metrics", TEXT_ACCEPT, "identity")
+            out["_text"] = text
+
+        if want("seq"):
+            sc.metrics()  # warm the connection
+            times = [sc.metrics()[0] for _ in range(args.scrapes)]
+            out["scrape_p50_ms"] = round(pct(times, 50) * 1000, 1)
+            out["scrape_p99_ms"] = round(pct(times, 99) * 1000, 1)
+            out["scrapes"] = len(times)
+    finally:
+        sc.close()
+
+    if want("concurrent"):
+        conc_times: list[float] = []
+        lk = threading.Lock()
+        errors: list[BaseException] = []
+
+        def scraper() -> None:
+            s = Scraper(port, timeout=120)
+            try:
+                for _ in range(args.concurrent_rounds):
+                    secs = s.metrics()[0]
+                    with lk:
+                        conc_times.append(secs)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+            finally:
+                s.close()
+        with PeakRss(proc.pid) as pk:
+            ts = [threading.Thread(target=scraper) for _ in range(args.concurrency)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        if errors:
+            raise RuntimeError(f"{tool}: concurrent scrape failed: {errors[0]!r}")
+        out["rss_peak_conc_MiB"] = round(pk.peak_kib / 1024, 1)
+        out["rss_peak_conc_how"] = "VmHWM after clear_refs" if pk.reset_ok else "VmRSS sampled every 5 ms"
+        out["conc_p50_ms"] = round(pct(conc_times, 50) * 1000, 1)
+        out["conc_p99_ms"] = round(pct(conc_times, 99) * 1000, 1)
+        out["rss_after_MiB"] = round(status_kib(proc.pid, "VmRSS") / 1024, 1)
+    out["cpu_total_s"] = round(cpu_seconds(proc.pid), 2)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The table
+# ------------------------------------------------------------------------------------------------
+
+def fmt_table(res: dict[str, Any]) -> str:
+    cols = [("exporter", "captf-lock-exporter"), ("ksm", f"kube-state-metrics {res['ksm_version']}"),
+            ("static", "static anchor")]
+    if "ksm_gzip" in res["tools"]:
+        cols.insert(2, ("ksm_gzip", "KSM --enable-gzip-encoding"))
+    T = res["tools"]
+
+    def g(tool: str, key: str, f: Callable[[Any], str] = str) -> str:
+        v = T.get(tool, {}).get(key)
+        return "–" if v is None else f(v)
+
+    def size(tool: str) -> str:
+        t = T.get(tool, {})
+        if "bytes_gzip" not in t:
+            return "–"
+        s = f"{t['bytes_plain'] / MiB:.2f} MiB / {t['bytes_gzip'] / MiB:.2f} MiB"
+        return s if t.get("gzip_served") else s + " (not served; Python gzip -6)"
+
+    rows = [
+        ("time to ready (CPU s by then)", lambda t: "–" if t == "static" else
+         f"{g(t, 'ready_s')} s ({g(t, 'ready_cpu_s')})"),
+        ("RSS at rest (VmRSS after 60 s idle)", lambda t: g(t, "rss_rest_MiB", lambda v: f"{v} MiB")),
+        (f"peak RSS, {res['args']['concurrency']} concurrent scrapers",
+         lambda t: g(t, "rss_peak_conc_MiB", lambda v: f"{v} MiB")),
+        ("RSS after the scrapes", lambda t: g(t, "rss_after_MiB", lambda v: f"{v} MiB")),
+        (f"scrape p50 / p99 ({res['args']['scrapes']} sequential, gzip)",
+         lambda t: f"{g(t, 'scrape_p50_ms')} / {g(t, 'scrape_p99_ms')} ms" if "scrape_p50_ms" in T.get(t, {}) else "–"),
+        (f"{res['args']['concurrency']} concurrent scrapers p50 / p99",
+         lambda t: f"{g(t, 'conc_p50_ms')} / {g(t, 'conc_p99_ms')} ms" if "conc_p50_ms" in T.get(t, {}) else "–"),
+        ("body plain / gzip", size),
+        ("idle CPU (60 s, % of one core)", lambda t: g(t, "idle_cpu_pct", lambda v: f"{v:.2f} %")),
+        ("API requests / min at rest (audit log)", lambda t: g(t, "api_req_per_min", lambda v: f"{v:g}")),
+        ("series per Lease", lambda t: {
+            "exporter": f"{res['series']['exporter']['series_per_object']:g} "
+                        f"(held {res['series']['exporter']['series_per_held_lease']:g}, "
+                        f"free {res['series']['exporter']['series_per_free_lease']:g})",
+            "ksm": f"{res['series']['ksm']['series_per_lease']:g}",
+            "ksm_gzip": f"{res['series']['ksm']['series_per_lease']:g}",
+            "static": f"{res['series']['exporter']['series_per_object']:g}"}[t]),
+    ]
+    lines = ["| figure | " + " | ".join(c[1] for c in cols) + " |",
+             "| --- | " + " | ".join("---" for _ in cols) + " |"]
+    for label, f in rows:
+        lines.append(f"| {label} | " + " | ".join(f(c[0]) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# Main
+# ------------------------------------------------------------------------------------------------
+
+def default_ksm() -> str:
+    v = (ROOT / "tools" / "ksm" / "VERSION").read_text().strip()
+    base = os.environ.get("CAPTF_BIN_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "captf-lock-exporter" / "bin")
+    return str(Path(base) / f"kube-state-metrics-{v}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--leases", type=int, default=10000, help="lock Leases (one TerraformMachine each)")
+    ap.add_argument("--held", type=int, default=1000, help="of them held (lock-info, by a workstation)")
+    ap.add_argument("--namespaces", type=int, default=100, help="namespaces the fleet is spread over")
+    ap.add_argument("--exporter", default=str(ROOT / "target" / "release" / "captf-lock-exporter"),
+                    help="the exporter binary (copied to the work directory before it runs)")
+    ap.add_argument("--ksm", default=default_ksm(), help="the kube-state-metrics binary (tools/ksm/build.sh)")
+    ap.add_argument("--ksm-gzip", choices=("yes", "no"), default="yes",
+                    help="also run KSM with --enable-gzip-encoding for the scrape and size rows")
+    ap.add_argument("--scrapes", type=int, default=100, help="sequential scrapes per tool")
+    ap.add_argument("--concurrency", type=int, default=10, help="concurrent scrapers")
+    ap.add_argument("--concurrent-rounds", type=int, default=10, help="scrapes per concurrent scraper")
+    ap.add_argument("--idle-seconds", type=float, default=60.0, help="the window at rest per tool")
+    ap.add_argument("--workers", type=int, default=8, help="parallel POSTs when creating the fleet")
+    ap.add_argument("--ready-timeout", type=float, default=300.0)
+    ap.add_argument("--workdir", help="logs, kubeconfigs, the control plane (default: a new temp dir)")
+    ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--serve-static", metavar="DIR", help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.serve_static:
+        serve_static(Path(args.serve_static), args.port)
+        return 0
+    if not 0 <= args.held <= args.leases:
+        ap.error("--held must be between 0 and --leases")
+    for what, p in (("exporter", args.exporter), ("kube-state-metrics", args.ksm)):
+        if not os.access(p, os.X_OK):
+            ap.error(f"{what} binary {p} not found (scripts/bench-ksm.sh builds both)")
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="ksm-compare-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    log(f"work directory {workdir}")
+
+    from pykit.controlplane import KUBE_VERSION, ControlPlane
+
+    exporter_bin = workdir / "captf-lock-exporter"
+    shutil.copy2(args.exporter, exporter_bin)
+    ksm_bin = workdir / "kube-state-metrics"
+    shutil.copy2(args.ksm, ksm_bin)
+    ksm_version = Path(args.ksm).name.removeprefix("kube-state-metrics-")
+
+    res: dict[str, Any] = {
+        "when": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version()},
+        "args": {k: v for k, v in vars(args).items() if k not in ("serve_static", "port")},
+        "kube_apiserver": KUBE_VERSION, "ksm_version": ksm_version, "tools": {}, "series": {},
+    }
+    try:
+        res["exporter_version"] = subprocess.run([str(exporter_bin), "--version"], capture_output=True,
+                                                 text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        res["exporter_version"] = "?"
+
+    cp = ControlPlane(workdir / "controlplane")
+    try:
+        t = time.monotonic()
+        cp.start()
+        cp.kube.apply_crds([ROOT / "tests" / "crds" / "terraform.yaml", ROOT / "tests" / "crds" / "capi-cluster.yaml"])
+        res["control_plane_start_s"] = round(time.monotonic() - t, 1)
+        log(f"control plane up in {res['control_plane_start_s']} s ({cp.url})")
+
+        cp.kube.namespace(BENCH_NS)
+        exp_user, exp_kc = service_account(cp, "exporter", EXPORTER_RULES, workdir)
+        ksm_user, ksm_kc = service_account(cp, "ksm", KSM_RULES, workdir)
+        res["identities"] = {"exporter": exp_user + " (the chart's ClusterRole rules: get/list/watch)",
+                             "ksm": ksm_user + " (list/watch leases)"}
+
+        nss, objs = build_fleet(args.leases, args.held, args.namespaces)
+        for ns in nss:
+            cp.kube.namespace(ns)
+        log(f"creating {len(objs)} objects ({args.leases} Leases, {args.held} held, and their TerraformMachines) "
+            f"with {args.workers} parallel POSTs")
+        secs = create_parallel(cp, objs, args.workers)
+        res["fleet"] = {"objects": len(objs), "leases": args.leases, "held": args.held,
+                        "namespaces": args.namespaces, "create_s": round(secs, 1),
+                        "create_per_s": round(len(objs) / secs, 1)}
+        log(f"created in {secs:.1f} s ({len(objs) / secs:.0f}/s)")
+        listed, cont = 0, None
+        while True:  # the API server gives no remainingItemCount for a selector: page through
+            page = cp.kube.list("leases", None, labelSelector="tfstate=true", limit=1000,
+                                **({"continue": cont} if cont else {}))
+            listed += len(page["items"])
+            cont = page["metadata"].get("continue")
+            if not cont:
+                break
+        if listed != args.leases:
+            raise RuntimeError(f"the API server lists {listed} lock Leases, not {args.leases}")
+
+        # ---- the exporter ----
+        port = free_port()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
+        m0, t0 = mark(cp), time.monotonic()
+        p = start([str(exporter_bin), "--kubeconfig", str(exp_kc), "--listen-address", f"127.0.0.1:{port}",
+                   "--log-format", "json", "--log-level", "info"], workdir / "exporter.log", env)
+
+        def exporter_ready(s: Scraper) -> bool:
+            _, status, _, _ = s.get("/readyz", "*/*", "identity")
+            if status != 200:
+                return False
+            return exporter_complete(s.metrics()[1], args.leases, args.held)
+        try:
+            r = measure("exporter", p, port, exporter_ready, cp=cp, user=exp_user, args=args, t_start=t0, mark=m0)
+        finally:
+            stop(p)
+        res["series"]["exporter"] = series_per_lease_exporter(r.pop("_text"), args.leases)
+        anchor = workdir / "anchor"
+        anchor.mkdir(exist_ok=True)
+        (anchor / "body.plain").write_bytes(r.pop("_plain"))
+        (anchor / "body.gzip").write_bytes(r.pop("_gzip"))
+        (anchor / "content-type").write_text(r["content_type"] or "text/plain")
+        res["tools"]["exporter"] = r
+
+        # ---- kube-state-metrics ----
+        def run_ksm(name: str, extra: list[str], rows: set[str] | None) -> dict[str, Any]:
+            port, tport = free_port(), free_port()
+            m0, t0 = mark(cp), time.monotonic()
+            p = start([str(ksm_bin), f"--kubeconfig={ksm_kc}", "--resources=leases", "--host=127.0.0.1",
+                       f"--port={port}", "--telemetry-host=127.0.0.1", f"--telemetry-port={tport}", *extra],
+                      workdir / f"{name}.log")
+
+            def ready(s: Scraper) -> bool:
+                return count_series(s.metrics()[1], "kube_lease_owner") >= args.leases
+            try:
+                return measure(name, p, port, ready, cp=cp, user=ksm_user, args=args, t_start=t0, mark=m0, rows=rows)
+            finally:
+                stop(p)
+
+        r = run_ksm("ksm", [], None)
+        res["series"]["ksm"] = series_per_lease_ksm(r.pop("_text"), args.leases)
+        r.pop("_plain"), r.pop("_gzip")
+        res["tools"]["ksm"] = r
+        if args.ksm_gzip == "yes":
+            r = run_ksm("ksm_gzip", ["--enable-gzip-encoding"], {"sizes", "seq", "concurrent"})
+            for k in ("_plain", "_gzip", "_text"):
+                r.pop(k, None)
+            res["tools"]["ksm_gzip"] = r
+
+        # ---- the static anchor ----
+        port = free_port()
+        m0, t0 = mark(cp), time.monotonic()
+        p = start([sys.executable, str(Path(__file__).resolve()), "--serve-static", str(anchor), "--port", str(port)],
+                  workdir / "static.log")
+        try:
+            r = measure("static", p, port, lambda s: s.get("/readyz", "*/*", "identity")[1] == 200,
+                        cp=cp, user=None, args=args, t_start=t0, mark=m0)
+        finally:
+            stop(p)
+        for k in ("_plain", "_gzip", "_text"):
+            r.pop(k, None)
+        res["tools"]["static"] = r
+    finally:
+        stop_all()
+        cp.stop()
+        shutil.rmtree(workdir / "controlplane" / "etcd-data", ignore_errors=True)
+
+    table = fmt_table(res)
+    res["table"] = table
+    print(table)
+    print()
+    ex, ks = res["series"]["exporter"], res["series"]["ksm"]
+    print(f"series per Lease: exporter {ex['series_per_object']:g} per object "
+          f"(held {ex['series_per_held_lease']:g}, free {ex['series_per_free_lease']:g}): "
+          + ", ".join(f"{k} {v}" for k, v in ex["families_per_object"].items()))
+    print(f"                  KSM {ks['series_per_lease']:g}: "
+          + ", ".join(f"{k} {v}" for k, v in ks["families_per_lease"].items()))
+    for tool in ("exporter", "ksm"):
+        a = res["tools"][tool].get("api_rest", {})
+        print(f"API at rest, {tool}: {a.get('requests')} requests in {res['tools'][tool].get('idle_window_s')} s: "
+              f"{a.get('by_verb_resource')}")
+    print(f"fleet: {res['fleet']}; identities: {res['identities']}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+        log(f"results written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
