@@ -70,6 +70,7 @@ EXPECTED = {
     "CAPTFForceUnlocks": "warning",
     "CAPTFStateLockStale": "warning",
     "CAPTFStateLockHeldTooLong": "warning",
+    "CAPTFStateLockVerdictMismatch": "warning",
     "CAPTFLockExporterDown": "warning",
     "CAPTFLockExporterWatchDown": "warning",
 }

@@ -16,9 +16,11 @@
 //  semantics  on the expression as written (Grafana variables stay inside
 //             their label strings): metric names are in metrics.txt, label
 //             matchers / by / on / legend labels exist on those metrics, every
-//             range is $__rate_interval, every selector of a metric that has
-//             namespace/kind(/name) filters by the dashboard's variable with
-//             the right operator (=~ for multi/All, = for single values).
+//             range is $__rate_interval ($__range in instant queries), every
+//             selector filters by the dashboard's cluster variable, and every
+//             selector of a metric that has namespace/kind(/name) by that
+//             variable with the right operator (=~ for multi/All, = for
+//             single values), or says =~".*" to span every value on purpose.
 "use strict";
 
 const fs = require("fs");
@@ -31,8 +33,14 @@ const ROOT = path.resolve(HERE, "..", "..");
 const DASH_DIR = path.join(ROOT, "dashboards");
 const DS_REF = { type: "prometheus", uid: "${datasource}" };
 const RATE_SENTINEL = "17m17s"; // stands for $__rate_interval while checking
-const TARGET_LABELS = new Set(["job", "instance"]);
-const FILTER_LABELS = ["namespace", "kind", "name"];
+const RANGE_SENTINEL = "19m19s"; // stands for $__range while checking
+// Labels every series may carry whatever its metric: the scrape target's, and
+// `cluster`, the external label a fleet's Prometheus servers add.
+const TARGET_LABELS = new Set(["job", "instance", "cluster"]);
+// `cluster` filters every selector (every series can carry it); the others
+// only the selectors of metrics that have the label.
+const FILTER_LABELS = ["cluster", "namespace", "kind", "name"];
+const EVERY_METRIC = new Set(["cluster"]);
 const EXPORT_ONLY = ["__inputs", "__requires", "__elements"];
 
 class CheckError extends Error {}
@@ -327,14 +335,15 @@ function analyse(expr, tree) {
 
 // Replace Grafana's built-in interval variables; dashboard variables stay
 // (they may only appear inside label strings, where they parse as text).
-const withBuiltins = (raw) => raw.replace(/\$__rate_interval|\$\{__rate_interval\}/g, RATE_SENTINEL);
+const withBuiltins = (raw) =>
+  raw.replace(/\$__rate_interval|\$\{__rate_interval\}/g, RATE_SENTINEL).replace(/\$__range\b|\$\{__range\}/g, RANGE_SENTINEL);
 
 function semanticChecks(d, metrics, problems) {
   const j = d.json;
   const vars = new Map(varsOf(j).map((v) => [v.name, v]));
   const varIndex = new Map(varsOf(j).map((v, i) => [v.name, i]));
   // A variable query filters by the filter variables defined before it only.
-  const item = (where, raw, legendFormat, onlyVarsBefore) => {
+  const item = (where, raw, legendFormat, onlyVarsBefore, instant) => {
     const expr = withBuiltins(raw);
     const { tree, errs } = parseErrors(expr);
     if (errs.length) {
@@ -358,12 +367,15 @@ function semanticChecks(d, metrics, problems) {
       }
       for (const l of FILTER_LABELS) {
         const v = vars.get(l);
-        if (!v || !labels.has(l)) continue;
+        if (!v || !(labels.has(l) || EVERY_METRIC.has(l))) continue;
         if (onlyVarsBefore !== undefined && varIndex.get(l) >= onlyVarsBefore) continue;
         const multi = !!(v.multi || v.includeAll);
         const want = { op: multi ? "=~" : "=", value: `$${l}` };
         const got = s.matchers.filter((m) => m.label === l);
-        if (!got.some((m) => m.op === want.op && m.value === want.value)) {
+        // =~".*" spans every object on purpose (a fleet-wide count on the
+        // object dashboard); never for cluster, whose series must not mix.
+        const spans = !EVERY_METRIC.has(l) && got.some((m) => m.op === "=~" && m.value === ".*");
+        if (!spans && !got.some((m) => m.op === want.op && m.value === want.value)) {
           problems.push(`${where}: ${s.metric} must filter ${l}${want.op}"${want.value}"` + (got.length ? ` (has ${got.map((m) => m.label + m.op + JSON.stringify(m.value)).join(", ")})` : ""));
         }
       }
@@ -375,7 +387,9 @@ function semanticChecks(d, metrics, problems) {
       }
     }
     for (const r of a.ranges) {
-      if (r !== RATE_SENTINEL) problems.push(`${where}: range [${r}] must be [$__rate_interval]`);
+      if (r === RANGE_SENTINEL && instant) continue; // a count over the dashboard's time range
+      if (r === RANGE_SENTINEL) problems.push(`${where}: range [$__range] only in instant queries (a count over the time range)`);
+      else if (r !== RATE_SENTINEL) problems.push(`${where}: range [${r}] must be [$__rate_interval]`);
     }
     for (const g of a.grouping) {
       if (!known.has(g)) problems.push(`${where}: by/on label ${g} is on none of the metrics it groups`);
@@ -402,7 +416,7 @@ function semanticChecks(d, metrics, problems) {
   }
   for (const { panel: p } of walkPanels(j.panels)) {
     for (const t of p.targets || []) {
-      if (typeof t.expr === "string") item(`panel ${p.id} ${JSON.stringify(p.title)} ${t.refId}`, t.expr, t.legendFormat, undefined);
+      if (typeof t.expr === "string") item(`panel ${p.id} ${JSON.stringify(p.title)} ${t.refId}`, t.expr, t.legendFormat, undefined, t.instant === true);
     }
   }
 }

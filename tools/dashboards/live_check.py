@@ -4,7 +4,10 @@
 Two fake exporter replicas (same job, as the chart may run two) serve the
 docs/contract.md section 7 metrics for a fixed set of locks: an own_live lock, an overdue
 foreign lock, an unknown lock whose age is only observed, an unlocked object,
-force-unlocks. A real Prometheus (Debian `prometheus`, started here on
+force-unlocks, CAPTF's conditions, a verdict mismatch, an active Job and a
+pending TerraformPlan. A fake CAPTF controller (its own job) serves CAPTF's
+per-kind force-unlock counter for one kind only, so the object dashboard's
+comparison shows both the controller's numbers and its fallback. A real Prometheus (Debian `prometheus`, started here on
 127.0.0.1 and stopped by its PID) scrapes them every second. Then every query
 queries.py prints (variables resolved against that Prometheus, as the
 end-to-end test does) must run without error and return data, and the
@@ -48,6 +51,11 @@ LOCKS = [
 OBJECTS = [l[:3] for l in LOCKS] + [("team-b", "TerraformMachine", "db")]
 LAST_FORCE_UNLOCK = {"web": 3600, "db": 7200, "prod": 86400}  # seconds ago; pool: never (0)
 FORCE_UNLOCKS = {"web": 2, "db": 1, "prod": 1, "pool": 0}
+# CAPTF's StateReadable condition (status, reason) per object name; pool has none.
+CONDITIONS = {"web": ("True", "StateRead"), "prod": ("False", "StateLocked"), "db": ("True", "StateRead")}
+MISMATCH = {"pool"}          # verdict_mismatch 1; 0 for the other objects
+JOB_ACTIVE = {"db"}          # status.activeJob set
+PLANS = {"prod": "prod-7f3a9"}  # a Pending TerraformPlan naming the object
 CLASSES = ["own_live", "own_stale", "foreign", "unknown", "own_unverified"]
 RESOURCES = ["leases", "pods", "events", "terraformclusters", "terraformmachines",
              "terraformmachinepools", "terraformplans", "clusters"]
@@ -91,6 +99,13 @@ def exposition(replica):
         (obj(*o), FORCE_UNLOCKS[o[2]] + (int(up_for // 2) if o[2] == "web" else 0)) for o in OBJECTS])
     family("captf_state_lock_last_force_unlock_timestamp_seconds", "gauge", [
         (obj(*o), (now - LAST_FORCE_UNLOCK[o[2]]) if o[2] in LAST_FORCE_UNLOCK else 0) for o in OBJECTS])
+    family("captf_state_lock_captf_condition", "gauge", [
+        ({**obj(*o), "status": CONDITIONS[o[2]][0], "reason": CONDITIONS[o[2]][1]}, 1)
+        for o in OBJECTS if o[2] in CONDITIONS])
+    family("captf_state_lock_verdict_mismatch", "gauge", [(obj(*o), int(o[2] in MISMATCH)) for o in OBJECTS])
+    family("captf_state_lock_job_active", "gauge", [(obj(*o), 1) for o in OBJECTS if o[2] in JOB_ACTIVE])
+    family("captf_state_lock_plan_pending", "gauge", [
+        ({**obj(*o), "plan": PLANS[o[2]]}, 1) for o in OBJECTS if o[2] in PLANS])
     family("captf_state_locks_held", "gauge", [
         ({"class": c}, sum(1 for l in LOCKS if l[3] == c)) for c in CLASSES])
     family("captf_lock_exporter_build_info", "gauge", [({"version": "0.1.0"}, 1)])
@@ -102,10 +117,17 @@ def exposition(replica):
     return "\n".join(out) + "\n"
 
 
+def controller_exposition():
+    # CAPTF's controller: its counter exists only for kinds it has force-unlocked.
+    up_for = time.time() - START
+    return ("# TYPE captf_lock_force_unlocks_total counter\n"
+            f'captf_lock_force_unlocks_total{{kind="TerraformMachine"}} {3 + int(up_for // 2)}\n')
+
+
 def serve(replica):
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = exposition(replica).encode()
+            body = (controller_exposition() if replica == "controller" else exposition(replica)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -131,11 +153,14 @@ def main():
         return 1
     t0 = time.time()
     replicas = [serve(0), serve(1)]
+    controller = serve("controller")
     tmp = tempfile.mkdtemp(prefix="dash-live-")
     prom = start_prometheus(pathlib.Path(tmp), {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "scrape_configs": [{"job_name": JOB, "static_configs": [
-            {"targets": [f"127.0.0.1:{s.server_address[1]}" for s in replicas]}]}],
+            {"targets": [f"127.0.0.1:{s.server_address[1]}" for s in replicas]}]},
+            {"job_name": "captf-controller-manager", "static_configs": [
+                {"targets": [f"127.0.0.1:{controller.server_address[1]}"]}]}],
     }, log_level="warn")
     base, api = prom.url, prom.api.raw
     failures, passed = [], 0
@@ -215,11 +240,29 @@ def main():
         cls = [s["metric"].get("class") for s in rows(D, 2, "A")]
         expect(f"drill-down resolves team-a/TerraformCluster/prod (foreign): {cls}", cls == ["foreign"])
         expect("drill-down current lock table: one row", len(rows(D, 7, "A")) == 1 and len(rows(D, 7, "B")) == 1)
+        cond = [(s["metric"].get("status"), s["metric"].get("reason")) for s in rows(D, 12, "A")]
+        expect(f"drill-down CAPTF condition of prod is False/StateLocked, once: {cond}", cond == [("False", "StateLocked")])
+        expect("drill-down verdict of prod: agree (0)", [last(s) for s in rows(D, 13, "A")] == [0])
+        expect("drill-down Job active of prod: none, so the fallback 0", [last(s) for s in rows(D, 14, "A")] == [0])
+        plans = [s["metric"].get("plan") for s in rows(D, 15, "A")]
+        expect(f"drill-down pending plan of prod: {plans}", plans == ["prod-7f3a9"])
+        ctl = {s["metric"].get("kind"): last(s) for s in rows(D, 16, "A")}
+        exp = {s["metric"].get("kind"): last(s) for s in rows(D, 16, "B")}
+        expect(f"force-unlocks by kind: the controller's counter for TerraformMachine, 0 for the others: {ctl}",
+               set(ctl) == set(exp) == {"TerraformMachine", "TerraformCluster", "TerraformMachinePool"}
+               and ctl["TerraformMachine"] > 0 and ctl["TerraformCluster"] == 0 and ctl["TerraformMachinePool"] == 0)
+        # web's counter and the controller's rise by the same steps: equal up to extrapolation, half
+        # of a sum over both replicas.
+        tm_e, tm_c = exp.get("TerraformMachine", 0), ctl.get("TerraformMachine", 0)
+        expect(f"force-unlocks by kind: the exporter's counter counted once, not per replica: {exp} vs {ctl}",
+               tm_c > 0 and abs(tm_e - tm_c) < 0.5 * tm_c)
+        expect("controller series: 1", [last(s) for s in rows(D, 17, "A")] == [1])
+        expect("objects with a verdict mismatch: 1 (pool), not per replica", [last(s) for s in rows(D, 18, "A")] == [1])
     except RuntimeError as e:
         failures.append(str(e))
     finally:
         prom.stop(timeout=20)
-        for s in replicas:
+        for s in (*replicas, controller):
             s.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
     for f in failures:

@@ -56,6 +56,11 @@ const CASES = [
   ["legend label typo", MAIN, (d) => { panel(d, 5).targets[0].legendFormat = "{{clas}}"; }, "semantics:", "legend {{clas}}"],
   ["variable label typo", MAIN, (d) => { d.templating.list[2].query = 'label_values(captf_state_lock_held{namespace=~"$namespace"}, kinds)'; }, "semantics:", "has no label kinds"],
   ["undefined variable", MAIN, (d) => { panel(d, 2).targets[0].expr = panel(d, 2).targets[0].expr.replace('"$kind"', '"$knd"'); }, "queries.py", "unknown variable $knd"],
+  ["missing cluster filter", MAIN, (d) => { panel(d, 2).targets[0].expr = 'count(captf_state_lock_overdue{namespace=~"$namespace", kind=~"$kind"} == 1)'; }, "semantics:", 'must filter cluster=~"$cluster"'],
+  ["missing cluster filter on a Prometheus series", MAIN, (d) => { panel(d, 13).targets[0].expr = 'up{job="$job"}'; }, "semantics:", 'up must filter cluster=~"$cluster"'],
+  ["missing cluster filter in a variable", MAIN, (d) => { d.templating.list[2].query = "label_values(captf_state_lock_held, namespace)"; }, "semantics:", 'must filter cluster=~"$cluster"'],
+  ["cluster spanned with .*", DRILL, (d) => { panel(d, 1).targets[0].expr = panel(d, 1).targets[0].expr.replace('cluster=~"$cluster"', 'cluster=~".*"'); }, "semantics:", 'must filter cluster=~"$cluster"'],
+  ["$__range in a range query", DRILL, (d) => { panel(d, 10).targets[0].expr = panel(d, 10).targets[0].expr.replace("$__rate_interval", "$__range"); }, "semantics:", "range [$__range] only in instant queries"],
   ["UTF-8 quoted metric name", MAIN, (d) => { panel(d, 5).targets[0].expr = 'max by (class) ({"captf_state_locks_held"})'; }, "promql (promtool", "could not parse"],
 ];
 
