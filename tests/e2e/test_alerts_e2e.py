@@ -188,7 +188,8 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
     assert Path(groups[JOB]["file"]).resolve() == SHIPPED_RULES.resolve(), groups[JOB]["file"]
     shipped_rules = {r["name"]: r for r in groups[JOB]["rules"]}
     assert set(shipped_rules) == {A_OVERDUE, A_FORCE, A_STALE, "CAPTFStateLockHeldTooLong",
-                                  "CAPTFLockExporterDown", "CAPTFLockExporterWatchDown"}, set(shipped_rules)
+                                  "CAPTFLockExporterDown", "CAPTFLockExporterWatchDown",
+                                  "CAPTFStateLockVerdictMismatch"}, set(shipped_rules)
     for r in groups[JOB + DERIVED_GROUP_SUFFIX]["rules"]:
         orig = shipped_rules[r["name"]]
         assert r["query"] == orig["query"], (r["name"], r["query"], orig["query"])
