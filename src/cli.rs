@@ -60,6 +60,12 @@ pub struct Cli {
     /// the lock only between Jobs and at a reconcile, so it lags.
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_VERDICT_GRACE", default_value = "10m", value_parser = positive_duration, global = true)]
     pub verdict_grace: Duration,
+
+    /// Also export captf_state_lock_age_seconds (off by default: the age
+    /// moves with the clock, so the body would change every second; the
+    /// shipped rules and dashboards use time() - acquired_timestamp).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_EXPORT_LOCK_AGE", global = true)]
+    pub export_lock_age: bool,
 }
 
 /// Subcommands.

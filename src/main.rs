@@ -115,7 +115,14 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tasks.spawn(
         "http server",
-        server::serve(listener, shared.clone(), stop_rx),
+        server::serve(
+            listener,
+            shared.clone(),
+            captf_lock_exporter::metrics::Exposition {
+                lock_age: cli.export_lock_age,
+            },
+            stop_rx,
+        ),
     );
     tracing::info!(address = %cli.listen_address, version = shared.version, "serving /metrics, /healthz, /readyz");
     tokio::select! {

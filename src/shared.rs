@@ -22,8 +22,8 @@ pub struct Shared {
     /// shows, so that the renderer knows whether its body is still current
     /// without reading the index.
     generation: AtomicU64,
-    /// Wakes the renderer after such a write.
-    changed: tokio::sync::Notify,
+    /// The generation again, for the renderers to wait on.
+    changed: tokio::sync::watch::Sender<u64>,
     /// Watch health and self-metrics.
     pub health: Health,
     /// Holder pods to confirm with a live read.
@@ -42,7 +42,7 @@ impl Shared {
         let shared = Shared {
             index: RwLock::new(Index::new()),
             generation: AtomicU64::new(0),
-            changed: tokio::sync::Notify::new(),
+            changed: tokio::sync::watch::channel(0).0,
             health: Health::new(),
             confirm_tx,
             api: Arc::new(ApiLink::new()),
@@ -84,17 +84,16 @@ impl Shared {
             // Bumped before the lock is released: a reader that sees the
             // old generation takes its snapshot after this write or before
             // it, never from a change it does not know about.
-            self.generation.fetch_add(1, Ordering::Release);
+            let generation = self.generation.fetch_add(1, Ordering::Release) + 1;
             drop(index);
-            self.changed.notify_one();
+            self.changed.send_replace(generation);
         }
         out
     }
 
-    /// Waits until a write changes what `/metrics` shows (returns at once
-    /// when one happened since the last wait).
-    pub async fn changed(&self) {
-        self.changed.notified().await;
+    /// A receiver that sees every write changing what `/metrics` shows.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// A number that changes whenever what the index shows changes: equal

@@ -1,32 +1,43 @@
-//! One rendered exposition per format, shared by every scrape.
+//! The newest complete body per format and encoding, shared by every
+//! scrape; a scrape never waits on a render.
 //!
-//! A render of 100k objects takes about half a second and 47 MB; doing it
-//! per scrape made every scrape cost a render and every concurrent scraper
-//! hold its own copy. Here a scrape takes the body of the last render when
-//! it is still current, and at most one render per format runs at a time:
-//! scrapes that arrive during a render wait for it and share its bytes.
+//! One task per cache renders beside the scrapes: when the index changes
+//! (after [`DEBOUNCE`], so a burst of changes costs one render), and at
+//! least every [`HEALTH_EVERY`] for watch health and the self-metric
+//! counters. It renders only the formats and encodings scrapes have asked
+//! for, and publishes each body whole: a scrape takes the newest published
+//! body, so one that arrives during a render gets the previous complete
+//! one. Only the first scrape of a format and encoding ever waits, for the
+//! first render of it. Bodies are chunks of shared bytes: concurrent
+//! scrapers do not each hold a copy.
 //!
-//! A body is current when it is younger than `max_age` (one second), or
-//! when neither the index nor watch health changed since it was rendered
-//! (`Shared::generation`) and it shows no lock age. Ages move with the
-//! clock, so with a lock held a body is rebuilt at most once a second and
-//! a scrape sees ages (and any change) at most one second old.
+//! A body shows the index as of the render that made it (a change shows
+//! after the debounce and one render) and health at most
+//! [`HEALTH_EVERY`] old. Nothing in it moves with the clock alone
+//! (timestamps, not ages), so an idle exporter publishes a new body only
+//! when a health value moved.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use tokio::sync::Mutex;
-use tokio::time::Instant;
+use tokio::sync::{watch, Notify};
 
-use super::timed::{render_health, IndexPart};
-use super::Format;
+use super::gzip_parts;
+use super::parts::{render_health, render_index};
+use super::{Exposition, Format};
 use crate::shared::Shared;
 
-/// How long a body is served even when its inputs changed: the contract's
-/// staleness bound for `/metrics`.
-pub const MAX_AGE: Duration = Duration::from_secs(1);
+/// How long the renderer lets a burst of index changes settle before it
+/// renders them: short next to the 250 ms a person or a fast alert
+/// expects, long enough that a relist of thousands of objects costs one
+/// render.
+pub const DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// How often watch health and the self-metric counters are rendered anew
+/// at least: the contract's staleness bound for them.
+pub const HEALTH_EVERY: Duration = Duration::from_secs(1);
 
 /// The content coding of a scrape's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,58 +125,81 @@ impl Body {
     }
 }
 
-/// The cached state of one format.
-#[derive(Default)]
-struct Slot {
-    /// The index part of the last render.
-    part: Option<Arc<IndexPart>>,
-    /// `Shared::index_generation` read before that render.
-    generation: u64,
-    /// When that render started.
-    at: Option<Instant>,
-    /// The last whole body per encoding (identity, gzip), and when it was
-    /// assembled: reused for `max_age`.
-    bodies: [Option<(Instant, Body)>; 2],
+fn slot_of(format: Format, encoding: AcceptEncoding) -> usize {
+    let f = match format {
+        Format::OpenMetrics => 0,
+        Format::Prometheus => 2,
+    };
+    f + usize::from(encoding == AcceptEncoding::Gzip)
 }
 
-/// The cached exposition of every format; see the module documentation.
+/// Permits of the test gate: a test that takes them all holds the renderer.
+#[cfg(test)]
+const GATE_PERMITS: usize = 1 << 20;
+
+/// The newest published body of every pair, and which pairs are wanted.
 pub struct ScrapeCache {
     shared: Arc<Shared>,
-    /// One per [`Format`], each behind its own lock: whoever holds it is
-    /// the only one rendering or assembling that format.
-    slots: [Mutex<Slot>; 2],
-    max_age: Duration,
+    exposition: Exposition,
+    /// The newest complete body per pair (None before its first render).
+    published: [watch::Sender<Option<Body>>; 4],
+    /// Pairs some scrape has asked for: the renderer keeps those current.
+    wanted: [AtomicBool; 4],
+    /// Wakes the renderer when a pair is first wanted.
+    wake: Arc<Notify>,
     renders: AtomicU64,
     compressions: AtomicU64,
-    assemblies: AtomicU64,
+    publications: AtomicU64,
+    /// Tests hold the renderer inside a render with this.
+    #[cfg(test)]
+    gate: tokio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for ScrapeCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScrapeCache")
-            .field("max_age", &self.max_age)
             .field("renders", &self.renders())
+            .field("publications", &self.publications())
             .finish_non_exhaustive()
     }
 }
 
+/// What the renderer keeps of one format between passes.
+#[derive(Default)]
+struct FormatState {
+    /// The index part's text and the generation it shows.
+    index: Option<(u64, Bytes)>,
+    /// The index part compressed, for the generation above.
+    index_gz: Option<gzip_parts::Part>,
+    /// The last health part rendered.
+    health: Option<Bytes>,
+}
+
 impl ScrapeCache {
-    /// A cache over `shared` with the contract's one-second bound.
+    /// A cache over `shared` with the default families. Must be called in
+    /// a Tokio runtime: it spawns the renderer, which ends with the cache.
     pub fn new(shared: Arc<Shared>) -> Arc<ScrapeCache> {
-        Self::with_max_age(shared, MAX_AGE)
+        Self::with_exposition(shared, Exposition::default())
     }
 
-    /// A cache whose bodies are served for up to `max_age` after their
-    /// inputs changed.
-    pub fn with_max_age(shared: Arc<Shared>, max_age: Duration) -> Arc<ScrapeCache> {
-        Arc::new(ScrapeCache {
-            shared,
-            slots: [Mutex::new(Slot::default()), Mutex::new(Slot::default())],
-            max_age,
+    /// A cache that also renders the optional families of `exposition`.
+    pub fn with_exposition(shared: Arc<Shared>, exposition: Exposition) -> Arc<ScrapeCache> {
+        let cache = Arc::new(ScrapeCache {
+            shared: shared.clone(),
+            exposition,
+            published: std::array::from_fn(|_| watch::channel(None).0),
+            wanted: std::array::from_fn(|_| AtomicBool::new(false)),
+            wake: Arc::new(Notify::new()),
             renders: AtomicU64::new(0),
             compressions: AtomicU64::new(0),
-            assemblies: AtomicU64::new(0),
-        })
+            publications: AtomicU64::new(0),
+            #[cfg(test)]
+            gate: tokio::sync::Semaphore::new(GATE_PERMITS),
+        });
+        let weak = Arc::downgrade(&cache);
+        let wake = cache.wake.clone();
+        tokio::spawn(run(weak, shared, wake));
+        cache
     }
 
     /// How many index-part renders this cache has run.
@@ -178,93 +212,146 @@ impl ScrapeCache {
         self.compressions.load(Ordering::Relaxed)
     }
 
-    /// How many bodies this cache has assembled (timed values and health
-    /// written onto a rendered index part).
-    pub fn assemblies(&self) -> u64 {
-        self.assemblies.load(Ordering::Relaxed)
+    /// How many bodies this cache has published.
+    pub fn publications(&self) -> u64 {
+        self.publications.load(Ordering::Relaxed)
     }
 
-    /// The current body of `format` in `encoding`, rendering (off the
-    /// reactor) only when the cached one is not current.
+    /// The newest body of `format` in `encoding`. Waits only when none was
+    /// ever rendered for this pair (its first scrape).
     pub async fn body(
         self: &Arc<Self>,
         format: Format,
         encoding: AcceptEncoding,
     ) -> Result<Body, ScrapeError> {
-        // Its own task, so that a scraper that hangs up mid-render does not
-        // cancel the render the other waiters are counting on.
-        let this = self.clone();
-        tokio::spawn(async move { this.body_now(format, encoding).await })
+        let slot = slot_of(format, encoding);
+        if let Some(body) = self.published[slot].borrow().clone() {
+            return Ok(body);
+        }
+        let mut rx = self.published[slot].subscribe();
+        if !self.wanted[slot].swap(true, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
+        let body = rx
+            .wait_for(Option::is_some)
             .await
-            .map_err(|_| ScrapeError::Task)?
+            .map_err(|_| ScrapeError::Task)?;
+        body.clone().ok_or(ScrapeError::Task)
     }
 
-    async fn body_now(
-        &self,
-        format: Format,
-        encoding: AcceptEncoding,
-    ) -> Result<Body, ScrapeError> {
-        let slot = match format {
-            Format::OpenMetrics => &self.slots[0],
-            Format::Prometheus => &self.slots[1],
-        };
-        // Held across the render: the single flight.
-        let mut slot = slot.lock().await;
-        let generation = self.shared.index_generation();
-        let started = Instant::now();
-        let fresh = |at: Option<Instant>| {
-            at.is_some_and(|t| started.saturating_duration_since(t) < self.max_age)
-        };
-        let gzip = encoding == AcceptEncoding::Gzip;
-        let part_current = slot.part.is_some() && (slot.generation == generation || fresh(slot.at));
-        if !part_current {
-            let capacity = slot
-                .part
-                .as_ref()
-                .map_or(64 * 1024, |p| p.len() + p.len() / 8);
-            // Dropped before the render so that the old and the new text
-            // are not both held here (scrapes still sending theirs keep them).
-            *slot = Slot::default();
-            let shared = self.shared.clone();
-            // Compressed with the render: Prometheus always asks for gzip,
-            // so the text around the timed blocks is compressed once here.
-            let part = tokio::task::spawn_blocking(move || {
-                let mut part = IndexPart::render(&shared, format, SystemTime::now(), capacity)
-                    .map_err(|_| ScrapeError::Encode)?;
-                part.compress().map_err(ScrapeError::Compress)?;
-                Ok::<_, ScrapeError>(part)
-            })
-            .await
-            .map_err(|_| ScrapeError::Task)??;
-            self.renders.fetch_add(1, Ordering::Relaxed);
-            self.compressions.fetch_add(1, Ordering::Relaxed);
-            slot.part = Some(Arc::new(part));
-            slot.generation = generation;
-            slot.at = Some(started);
-        }
-        let which = usize::from(gzip);
-        if let Some((at, body)) = &slot.bodies[which] {
-            if fresh(Some(*at)) {
-                return Ok(body.clone());
+    /// One pass: every wanted pair brought up to date and published when
+    /// its bytes changed.
+    async fn pass(self: &Arc<Self>, state: &mut [FormatState; 2]) -> Result<(), ScrapeError> {
+        for (fi, format) in [Format::OpenMetrics, Format::Prometheus]
+            .into_iter()
+            .enumerate()
+        {
+            let plain_slot = slot_of(format, AcceptEncoding::Identity);
+            let gzip_slot = slot_of(format, AcceptEncoding::Gzip);
+            let want_plain = self.wanted[plain_slot].load(Ordering::Acquire);
+            let want_gzip = self.wanted[gzip_slot].load(Ordering::Acquire);
+            if !want_plain && !want_gzip {
+                continue;
+            }
+            let st = &mut state[fi];
+            let generation = self.shared.index_generation();
+            // Ages move with the clock: with them on, every pass renders.
+            let index_current = !self.exposition.lock_age
+                && st.index.as_ref().is_some_and(|(g, _)| *g == generation);
+            let mut moved = false;
+            if !index_current {
+                let capacity = st
+                    .index
+                    .as_ref()
+                    .map_or(64 * 1024, |(_, t)| t.len() + t.len() / 8);
+                // Dropped before the render so that the old and the new
+                // text are not both held here (published bodies keep theirs).
+                st.index = None;
+                st.index_gz = None;
+                let shared = self.shared.clone();
+                let exposition = self.exposition;
+                #[cfg(test)]
+                let _held = self.gate.acquire().await;
+                let text = tokio::task::spawn_blocking(move || {
+                    render_index(&shared, format, SystemTime::now(), exposition, capacity)
+                })
+                .await
+                .map_err(|_| ScrapeError::Task)?
+                .map_err(|_| ScrapeError::Encode)?;
+                self.renders.fetch_add(1, Ordering::Relaxed);
+                st.index = Some((generation, Bytes::from(text)));
+                moved = true;
+            }
+            let Some((_, index)) = st.index.clone() else {
+                return Err(ScrapeError::Task);
+            };
+            if want_gzip && st.index_gz.is_none() {
+                let plain = index.clone();
+                let part = tokio::task::spawn_blocking(move || gzip_parts::part(&plain, false))
+                    .await
+                    .map_err(|_| ScrapeError::Task)?
+                    .map_err(ScrapeError::Compress)?;
+                self.compressions.fetch_add(1, Ordering::Relaxed);
+                st.index_gz = Some(part);
+                moved = true;
+            }
+            let health =
+                Bytes::from(render_health(&self.shared, format).map_err(|_| ScrapeError::Encode)?);
+            if st.health.as_ref() != Some(&health) {
+                st.health = Some(health.clone());
+                moved = true;
+            }
+            let missing = |slot: usize| self.published[slot].borrow().is_none();
+            if want_plain && (moved || missing(plain_slot)) {
+                self.publish(plain_slot, vec![index.clone(), health.clone()]);
+            }
+            if want_gzip && (moved || missing(gzip_slot)) {
+                let Some(index_gz) = &st.index_gz else {
+                    return Err(ScrapeError::Task);
+                };
+                let health_gz = gzip_parts::part(&health, true).map_err(ScrapeError::Compress)?;
+                self.publish(gzip_slot, gzip_parts::stream(&[index_gz, &health_gz]));
             }
         }
-        let Some(part) = slot.part.clone() else {
-            return Err(ScrapeError::Task);
-        };
-        let shared = self.shared.clone();
-        let chunks = tokio::task::spawn_blocking(move || {
-            let health = render_health(&shared, format).map_err(|_| ScrapeError::Encode)?;
-            part.assemble(SystemTime::now(), health, gzip)
-                .map_err(ScrapeError::Compress)
-        })
-        .await
-        .map_err(|_| ScrapeError::Task)??;
-        self.assemblies.fetch_add(1, Ordering::Relaxed);
-        let body = Body {
+        Ok(())
+    }
+
+    fn publish(&self, slot: usize, chunks: Vec<Bytes>) {
+        self.publications.fetch_add(1, Ordering::Relaxed);
+        self.published[slot].send_replace(Some(Body {
             chunks: Arc::new(chunks),
-        };
-        slot.bodies[which] = Some((started, body.clone()));
-        Ok(body)
+        }));
+    }
+}
+
+/// The renderer: a pass, then wait for an index change (and the debounce),
+/// a newly wanted pair, or the health tick. Ends when the cache is dropped.
+async fn run(cache: Weak<ScrapeCache>, shared: Arc<Shared>, wake: Arc<Notify>) {
+    let mut changes = shared.subscribe();
+    let mut tick = tokio::time::interval(HEALTH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut state: [FormatState; 2] = Default::default();
+    loop {
+        {
+            let Some(cache) = cache.upgrade() else {
+                return;
+            };
+            if let Err(e) = cache.pass(&mut state).await {
+                // The published bodies stay; the next pass tries again.
+                tracing::error!(error = %e, "rendering the exposition failed");
+            }
+        }
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                tokio::time::sleep(DEBOUNCE).await;
+                changes.borrow_and_update();
+            }
+            () = wake.notified() => {}
+            _ = tick.tick() => {}
+        }
     }
 }
 
@@ -275,6 +362,7 @@ mod tests {
     use crate::core::lockinfo::parse_lock_info;
     use crate::core::suffix::{lock_lease_name, state_suffix};
     use crate::index::{IndexResource, LockLease, ObjectKey, TfObject};
+    use futures::FutureExt;
 
     fn object(shared: &Shared, name: &str) {
         let obj = TfObject {
@@ -313,54 +401,127 @@ mod tests {
         }
     }
 
+    /// Scrapes until the body satisfies `pred`, for at most `within`
+    /// (virtual time): the renderer publishes on its own schedule.
+    async fn wait_body(
+        cache: &Arc<ScrapeCache>,
+        within: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let t = text(cache).await;
+            if pred(&t) {
+                return t;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not within {within:?}:\n{t}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_body_is_rebuilt_at_most_once_a_second_and_only_when_stale() {
+    async fn a_change_is_published_after_the_debounce_and_a_quiet_index_renders_nothing() {
         let (shared, _rx) = Shared::new();
         let cache = ScrapeCache::new(shared.clone());
         object(&shared, "a");
         assert!(text(&cache).await.contains("name=\"a\""));
         assert_eq!(cache.renders(), 1);
-        // Nothing changed and no age shown: the body stays, however old.
+        // Nothing changes: health is rendered every second, the index part
+        // never again.
         tokio::time::sleep(Duration::from_secs(30)).await;
         text(&cache).await;
         assert_eq!(cache.renders(), 1, "no change, no render");
-        // A change is rendered at the next scrape...
+        // A change shows within the debounce and one render (sooner when
+        // the health tick runs a pass first).
+        let t0 = tokio::time::Instant::now();
         object(&shared, "b");
-        assert!(text(&cache).await.contains("name=\"b\""));
+        wait_body(&cache, Duration::from_secs(1), |t| t.contains("name=\"b\"")).await;
+        assert!(t0.elapsed() < DEBOUNCE * 3, "{:?}", t0.elapsed());
         assert_eq!(cache.renders(), 2);
-        // ...unless the body is younger than a second: then it waits.
-        object(&shared, "c");
-        assert!(
-            !text(&cache).await.contains("name=\"c\""),
-            "at most 1 s stale"
-        );
-        assert_eq!(cache.renders(), 2);
-        tokio::time::sleep(MAX_AGE).await;
-        assert!(text(&cache).await.contains("name=\"c\""));
-        assert_eq!(cache.renders(), 3);
-        // Health and lock ages are written onto the rendered index part
-        // at scrape time: they move without a render, at most 1 s late.
-        tokio::time::sleep(MAX_AGE).await;
-        shared.health.on_pod_read(crate::health::ReadResult::Found);
-        assert!(text(&cache)
-            .await
-            .contains("captf_lock_exporter_pod_reads_total{result=\"found\"} 1"));
-        assert_eq!(cache.renders(), 3);
+        // A burst of changes within the debounce costs one render.
+        for n in ["c", "d", "e", "f"] {
+            object(&shared, n);
+        }
+        wait_body(&cache, Duration::from_secs(1), |t| t.contains("name=\"f\"")).await;
+        assert_eq!(cache.renders(), 3, "one render for the burst");
+        // A held lock shows when it was taken, a timestamp: the body does
+        // not move with the clock.
         held_lock(&shared, "a");
-        tokio::time::sleep(MAX_AGE).await;
-        let first = text(&cache).await;
-        assert!(first.contains("captf_state_lock_age_seconds{"));
-        assert_eq!(cache.renders(), 4, "the new lock is a change");
-        tokio::time::sleep(MAX_AGE).await;
-        let later = text(&cache).await;
-        assert_ne!(first, later, "ages moved");
-        assert_eq!(cache.renders(), 4, "without a render");
-        assert_eq!(text(&cache).await, later, "not within the second");
+        let with_lock = wait_body(&cache, Duration::from_secs(1), |t| {
+            t.contains("captf_state_lock_acquired_timestamp_seconds{")
+        })
+        .await;
+        assert!(!with_lock.contains("captf_state_lock_age_seconds"));
+        let publications = cache.publications();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            text(&cache).await,
+            with_lock,
+            "the clock alone moves nothing"
+        );
+        assert_eq!(cache.publications(), publications, "nothing published");
     }
 
-    /// What a scrape gets is what an uncached render at that moment gives.
     #[tokio::test(start_paused = true)]
-    async fn an_assembled_body_equals_an_uncached_render() {
+    async fn health_moves_within_a_second_without_an_index_render() {
+        let (shared, _rx) = Shared::new();
+        let cache = ScrapeCache::new(shared.clone());
+        object(&shared, "a");
+        text(&cache).await;
+        let renders = cache.renders();
+        shared.health.on_pod_read(crate::health::ReadResult::Found);
+        wait_body(&cache, HEALTH_EVERY + DEBOUNCE, |t| {
+            t.contains("captf_lock_exporter_pod_reads_total{result=\"found\"} 1")
+        })
+        .await;
+        assert_eq!(cache.renders(), renders, "health is its own part");
+    }
+
+    /// A scrape that arrives while the renderer is inside a render gets the
+    /// previous complete body on its first poll: it never waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_scrape_during_a_render_gets_the_previous_complete_body_at_once() {
+        let (shared, _rx) = Shared::new();
+        let cache = ScrapeCache::new(shared.clone());
+        object(&shared, "a");
+        let before = text(&cache).await;
+        for encoding in [AcceptEncoding::Identity, AcceptEncoding::Gzip] {
+            cache
+                .body(Format::OpenMetrics, encoding)
+                .await
+                .expect("first");
+        }
+        let hold = cache
+            .gate
+            .acquire_many(GATE_PERMITS as u32)
+            .await
+            .expect("the gate");
+        object(&shared, "b");
+        // The renderer sees the change and waits in the gate, mid-pass.
+        tokio::time::sleep(DEBOUNCE * 4).await;
+        let renders = cache.renders();
+        for encoding in [AcceptEncoding::Identity, AcceptEncoding::Gzip] {
+            let now = cache
+                .body(Format::OpenMetrics, encoding)
+                .now_or_never()
+                .expect("answered on its first poll")
+                .expect("a body");
+            if encoding == AcceptEncoding::Identity {
+                assert_eq!(String::from_utf8_lossy(&now.to_bytes()), before);
+            }
+        }
+        assert_eq!(cache.renders(), renders, "still inside the render");
+        drop(hold);
+        wait_body(&cache, Duration::from_secs(1), |t| t.contains("name=\"b\"")).await;
+    }
+
+    /// What a scrape gets is what an uncached render at that moment gives,
+    /// byte for byte, plain and (once decompressed) gzip.
+    #[tokio::test]
+    async fn a_published_body_equals_an_uncached_render() {
         let (shared, _rx) = Shared::new();
         object(&shared, "a");
         held_lock(&shared, "a");
@@ -368,69 +529,59 @@ mod tests {
         shared.health.on_pod_read(crate::health::ReadResult::Found);
         let cache = ScrapeCache::new(shared.clone());
         for format in [Format::OpenMetrics, Format::Prometheus] {
-            let IndexPartAt { part, .. } = render_part(&shared, format);
-            let now = SystemTime::now() + Duration::from_secs(3600);
-            let health = render_health(&shared, format).expect("health");
-            let body = part.assemble(now, health, false).expect("assembles");
-            let joined: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
-            let want = super::super::render_at(&shared, format, now).expect("renders");
-            assert_eq!(String::from_utf8_lossy(&joined), want, "{format:?}");
-        }
-        // And through the cache, gzip included.
-        let plain = cache
-            .body(Format::OpenMetrics, AcceptEncoding::Identity)
-            .await
-            .expect("plain");
-        let gz = cache
-            .body(Format::OpenMetrics, AcceptEncoding::Gzip)
-            .await
-            .expect("gzip");
-        let mut unzipped = String::new();
-        std::io::Read::read_to_string(
-            &mut flate2::read::GzDecoder::new(&gz.to_bytes()[..]),
-            &mut unzipped,
-        )
-        .expect("gunzips");
-        // Assembled at two instants: equal but for the ages.
-        let plain = String::from_utf8_lossy(&plain.to_bytes()).into_owned();
-        let timeless = crate::metrics::without_ages;
-        assert!(timeless(&unzipped) == timeless(&plain), "gzip body differs");
-    }
-
-    struct IndexPartAt {
-        part: IndexPart,
-    }
-
-    fn render_part(shared: &Arc<Shared>, format: Format) -> IndexPartAt {
-        IndexPartAt {
-            part: IndexPart::render(shared, format, SystemTime::now(), 1024).expect("renders"),
+            let plain = cache
+                .body(format, AcceptEncoding::Identity)
+                .await
+                .expect("plain");
+            let uncached =
+                crate::metrics::render_at(&shared, format, SystemTime::now()).expect("renders");
+            assert!(
+                plain.to_bytes() == uncached.as_bytes(),
+                "{format:?} differs"
+            );
+            let zipped = cache
+                .body(format, AcceptEncoding::Gzip)
+                .await
+                .expect("gzip");
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(
+                &mut flate2::read::GzDecoder::new(&zipped.to_bytes()[..]),
+                &mut out,
+            )
+            .expect("one gzip member");
+            assert!(out == uncached.as_bytes(), "{format:?} gzip differs");
         }
     }
 
     #[tokio::test]
-    async fn concurrent_scrapes_wait_for_one_render_and_one_compression() {
+    async fn concurrent_first_scrapes_share_one_render_and_one_compression() {
         let (shared, _rx) = Shared::new();
-        for i in 0..200 {
-            object(&shared, &format!("o{i}"));
-        }
+        object(&shared, "a");
         let cache = ScrapeCache::new(shared.clone());
         let scrapes: Vec<_> = (0..16)
             .map(|_| {
-                let cache = cache.clone();
-                tokio::spawn(async move {
-                    cache
-                        .body(Format::OpenMetrics, AcceptEncoding::Gzip)
-                        .await
-                        .ok()
-                })
+                let c = cache.clone();
+                tokio::spawn(async move { c.body(Format::OpenMetrics, AcceptEncoding::Gzip).await })
             })
             .collect();
         let mut bodies = Vec::new();
         for s in scrapes {
-            bodies.push(s.await.ok().flatten());
+            bodies.push(s.await.expect("joins").expect("a body"));
         }
-        assert!(bodies.iter().all(|b| b.is_some() && *b == bodies[0]));
-        assert_eq!((cache.renders(), cache.compressions()), (1, 1));
+        assert!(bodies.windows(2).all(|w| w[0] == w[1]), "one shared body");
+        assert_eq!(cache.renders(), 1);
+        assert_eq!(cache.compressions(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lock_ages_only_with_the_flag_and_then_every_second() {
+        let (shared, _rx) = Shared::new();
+        held_lock(&shared, "a");
+        let cache = ScrapeCache::with_exposition(shared.clone(), Exposition { lock_age: true });
+        let first = text(&cache).await;
+        assert!(first.contains("captf_state_lock_age_seconds{"));
+        tokio::time::sleep(HEALTH_EVERY * 2).await;
+        assert_ne!(text(&cache).await, first, "ages moved");
     }
 
     #[test]

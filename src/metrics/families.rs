@@ -88,9 +88,15 @@ const LOCK_INFO: Family<Gauge, 8> = Family {
     ],
     kind: PhantomData,
 };
+const LOCK_ACQUIRED: Family<Gauge, 5> = Family {
+    name: "captf_state_lock_acquired_timestamp_seconds",
+    help: "When a held state lock was taken, as Unix time: lock-info Created, else when this exporter first saw it held (age_source).",
+    labels: ["namespace", "kind", "name", "class", "age_source"],
+    kind: PhantomData,
+};
 const LOCK_AGE: Family<Gauge, 5> = Family {
     name: "captf_state_lock_age_seconds",
-    help: "Age of a held state lock: now minus lock-info Created, else since first observed.",
+    help: "Age of a held state lock: now minus lock-info Created, else since first observed (only with --export-lock-age).",
     labels: ["namespace", "kind", "name", "class", "age_source"],
     kind: PhantomData,
 };
@@ -225,8 +231,12 @@ fn flag(b: bool) -> f64 {
     }
 }
 
-/// 7.1: the series of every held lock.
-pub(super) fn encode_locks(enc: &mut DescriptorEncoder<'_>, held: &[LockRow]) -> fmt::Result {
+/// 7.1: the series of every held lock (ages only when asked for).
+pub(super) fn encode_locks(
+    enc: &mut DescriptorEncoder<'_>,
+    held: &[LockRow],
+    exposition: super::Exposition,
+) -> fmt::Result {
     LOCK_INFO.encode(
         enc,
         held.iter().map(|r| {
@@ -244,13 +254,22 @@ pub(super) fn encode_locks(enc: &mut DescriptorEncoder<'_>, held: &[LockRow]) ->
             (values, 1.0)
         }),
     )?;
-    LOCK_AGE.encode(
+    LOCK_ACQUIRED.encode(
         enc,
         held.iter().map(|r| {
             let [ns, kind, name] = r.key();
-            ([ns, kind, name, r.class.as_str(), r.age_source], r.age)
+            ([ns, kind, name, r.class.as_str(), r.age_source], r.base)
         }),
     )?;
+    if exposition.lock_age {
+        LOCK_AGE.encode(
+            enc,
+            held.iter().map(|r| {
+                let [ns, kind, name] = r.key();
+                ([ns, kind, name, r.class.as_str(), r.age_source], r.age)
+            }),
+        )?;
+    }
     LOCK_CREATED.encode(
         enc,
         held.iter().filter_map(|r| r.created.map(|c| (r.key(), c))),

@@ -4,21 +4,23 @@
 //! resources, reasons and results are fixed enums, and every value taken
 //! from lock-info is capped when it enters the index.
 //!
-//! `cache` keeps one rendered body per format (and its gzip form) shared
-//! by every scrape, rebuilt at most once a second and only when its inputs
-//! changed or it shows lock ages; [`render_at`] is the uncached encoder it
-//! calls. `snapshot` copies what a scrape needs out of the index under one short
-//! read lock; `families` declares every family once and encodes the
-//! snapshot. The self-metric counters live in [`crate::health::Health`] as
-//! prometheus-client counters and are registered beside the collector.
+//! `cache` keeps the newest complete body per format (plain and gzip),
+//! rendered beside the scrapes by one task when the index changes and
+//! shared by every scrape, which never waits on a render; `parts` renders
+//! its two parts, and [`render_at`] is the uncached encoder that gives the
+//! same bytes. `snapshot` copies what a render needs out of the index under
+//! one short read lock; `families` declares every family once and encodes
+//! the snapshot. The self-metric counters live in
+//! [`crate::health::Health`] as prometheus-client counters and are
+//! registered beside the collector.
 
 mod cache;
 mod families;
 mod gzip_parts;
+mod parts;
 mod snapshot;
-mod timed;
 
-pub use cache::{AcceptEncoding, Body, ScrapeCache, ScrapeError, MAX_AGE};
+pub use cache::{AcceptEncoding, Body, ScrapeCache, ScrapeError, DEBOUNCE, HEALTH_EVERY};
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -65,25 +67,43 @@ impl Format {
     }
 }
 
+/// What the exposition includes beyond the contract's default families.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Exposition {
+    /// `captf_state_lock_age_seconds` (`--export-lock-age`): a value that
+    /// moves with the clock, so with it on the body changes every second.
+    pub lock_age: bool,
+}
+
 /// Renders every metric family in `format`.
 pub fn render(shared: &Arc<Shared>, format: Format) -> Result<String, std::fmt::Error> {
     render_at(shared, format, SystemTime::now())
 }
 
-/// Renders every metric family in `format` with ages computed at `now`, so
-/// that tests get a deterministic exposition. Uncached: `/metrics` answers
-/// from [`ScrapeCache`], which renders in parts and gives the same bytes.
+/// Renders every default metric family in `format` at `now`, so that tests
+/// get a deterministic exposition. Uncached: `/metrics` answers from
+/// [`ScrapeCache`], which renders in parts and gives the same bytes.
 pub fn render_at(
     shared: &Arc<Shared>,
     format: Format,
     now: SystemTime,
+) -> Result<String, std::fmt::Error> {
+    render_with(shared, format, now, Exposition::default())
+}
+
+/// [`render_at`] with the optional families of `exposition`.
+pub fn render_with(
+    shared: &Arc<Shared>,
+    format: Format,
+    now: SystemTime,
+    exposition: Exposition,
 ) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(LockCollector {
         shared: shared.clone(),
         now,
         part: Part::All,
-        clocks: None,
+        exposition,
     }));
     // A sub-registry is encoded after the collectors: the counters keep
     // their place at the end of the exposition.
@@ -107,8 +127,8 @@ struct LockCollector {
     now: SystemTime,
     /// Which families to encode.
     part: Part,
-    /// Filled with the rendered locks' clocks, in series order.
-    clocks: Option<Arc<std::sync::Mutex<Vec<timed::LockClock>>>>,
+    /// The optional families.
+    exposition: Exposition,
 }
 
 /// The part of the exposition a collector encodes.
@@ -127,14 +147,7 @@ impl Collector for LockCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         if self.part != Part::Health {
             let snap = self.snapshot(self.now);
-            if let Some(clocks) = &self.clocks {
-                let mut c = match clocks.lock() {
-                    Ok(c) => c,
-                    Err(p) => p.into_inner(),
-                };
-                *c = snap.locks.iter().map(timed::LockClock::of).collect();
-            }
-            families::encode_locks(&mut enc, &snap.locks)?;
+            families::encode_locks(&mut enc, &snap.locks, self.exposition)?;
             families::encode_objects(&mut enc, &snap.objects)?;
             families::encode_force_unlocks(&mut enc, &snap.force_unlocks)?;
             families::encode_overview(&mut enc, &snap.per_class, self.shared.version)?;
@@ -144,19 +157,4 @@ impl Collector for LockCollector {
         }
         Ok(())
     }
-}
-
-/// The lines of an exposition with the age values cut off: two bodies
-/// assembled a moment apart compare equal this way.
-#[cfg(test)]
-pub(crate) fn without_ages(text: &str) -> Vec<String> {
-    text.lines()
-        .map(|l| match l.strip_prefix("captf_state_lock_age_seconds{") {
-            Some(rest) => rest
-                .rsplit_once(' ')
-                .map_or(l, |(labels, _)| labels)
-                .to_string(),
-            None => l.to_string(),
-        })
-        .collect()
 }

@@ -24,8 +24,6 @@ pub(super) struct LockRow {
     pub(super) overdue: bool,
     /// What the age counts from (Unix seconds): `Created`, else first seen.
     pub(super) base: f64,
-    /// The effective lockTimeoutSeconds, for the overdue verdict.
-    pub(super) timeout: i64,
 }
 
 /// One force-unlock counter, as rendered.
@@ -113,7 +111,6 @@ fn snapshot_of(ix: &crate::index::Index, now: SystemTime) -> Snapshot {
                     .lease
                     .age_base(v.state.first_seen_held, Some(class), now)
                     .map_or(0.0, |(base, _)| base),
-                timeout: v.effective.lock_timeout_seconds,
             });
         });
         ix.for_each_unlocked_object(|v| {

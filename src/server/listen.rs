@@ -42,7 +42,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::Instant;
 
 use super::{respond, RespBody};
-use crate::metrics::ScrapeCache;
+use crate::metrics::{Exposition, ScrapeCache};
 use crate::shared::Shared;
 
 /// Limits of the admin server.
@@ -149,8 +149,13 @@ async fn stopping(shutdown: &mut watch::Receiver<bool>) {
 
 /// Serves the admin endpoints on `listener` with the production limits
 /// until `shutdown` says true, then drains (see the module documentation).
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: watch::Receiver<bool>) {
-    let cache = ScrapeCache::new(shared.clone());
+pub async fn serve(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    exposition: Exposition,
+    shutdown: watch::Receiver<bool>,
+) {
+    let cache = ScrapeCache::with_exposition(shared.clone(), exposition);
     serve_with(listener, shared, cache, Config::DEFAULT, shutdown).await;
 }
 

@@ -139,15 +139,15 @@ def test_every_class_is_reported(kube: KubeEmulator, start_exporter: Callable[..
     created: dt.datetime = facts["foreign_created"]
     assert m.get("captf_state_lock_created_timestamp_seconds", **lock_labels("foreign")) == \
         pytest.approx(created.timestamp(), abs=0.01)
-    age = m.get("captf_state_lock_age_seconds", **lock_labels("foreign"), age_source="lock_info")
-    assert age is not None, m.all("captf_state_lock_age_seconds", name="foreign")
-    assert 85 <= age <= 90 + 120, age
+    acquired = m.get("captf_state_lock_acquired_timestamp_seconds", **lock_labels("foreign"), age_source="lock_info")
+    assert acquired == pytest.approx(created.timestamp(), abs=0.01), \
+        m.all("captf_state_lock_acquired_timestamp_seconds", name="foreign")
     assert m.get("captf_state_lock_overdue", **lock_labels("foreign"), **{"class": "foreign"}) == 0
 
     # unusable lock-info: age is observed, there is no Created series
     for n in ("unknown-type", "unknown-missing", "unknown-garbage"):
-        assert m.labels("captf_state_lock_age_seconds", **lock_labels(n)) is not None, n
-        assert m.labels("captf_state_lock_age_seconds", **lock_labels(n))["age_source"] == "observed", n
+        assert m.labels("captf_state_lock_acquired_timestamp_seconds", **lock_labels(n)) is not None, n
+        assert m.labels("captf_state_lock_acquired_timestamp_seconds", **lock_labels(n))["age_source"] == "observed", n
         assert m.get("captf_state_lock_created_timestamp_seconds", **lock_labels(n)) is None, n
 
 
@@ -171,7 +171,7 @@ def test_released_lock_series_disappear(kube: KubeEmulator, exporter: Exporter) 
         E("captf_state_lock_held", 0, **lock_labels("web")),
         E("captf_state_locks_held", 1, **{"class": "foreign"}),
     ], 20, "the lock of web released")
-    for name in ("captf_state_lock_info", "captf_state_lock_age_seconds", "captf_state_lock_overdue",
+    for name in ("captf_state_lock_info", "captf_state_lock_acquired_timestamp_seconds", "captf_state_lock_overdue",
                  "captf_state_lock_created_timestamp_seconds"):
         assert m.all(name, **lock_labels("web")) == [], (name, m.all(name, **lock_labels("web")))
         assert m.all(name, **lock_labels("other")) != [], (name, "the other lock must stay")

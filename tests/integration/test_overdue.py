@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import datetime as dt
 
 from pykit.builders import lock_lease, now_utc, runner_pod_name, terraform_object
@@ -47,13 +49,16 @@ def test_overdue_against_effective_timeout(kube: KubeEmulator, exporter: Exporte
         overdue("long-timeout-old", "foreign", 1),
         overdue("long-timeout-young", "foreign", 0),
         overdue("future", "foreign", 0),
-        E("captf_state_lock_age_seconds", PRESENT, namespace=NS, kind=M, name="future", age_source="observed"),
+        E("captf_state_lock_acquired_timestamp_seconds", PRESENT, namespace=NS, kind=M, name="future",
+          age_source="observed"),
     ], 20, "overdue flags")
     # A foreign lock's age is at least the time it has been seen (docs/contract.md section 4).
-    future_age = m.get("captf_state_lock_age_seconds", namespace=NS, kind=M, name="future", age_source="observed")
-    assert future_age is not None and 0 <= future_age < 60, future_age
-    age = m.get("captf_state_lock_age_seconds", namespace=NS, kind=M, name="old-foreign")
-    assert age is not None and 7200 - 5 <= age <= 7200 + 120, age
+    # The exposition says when (acquired_timestamp_seconds), not how long ago: the age is now - that.
+    acquired = m.get("captf_state_lock_acquired_timestamp_seconds", namespace=NS, kind=M, name="future",
+                     age_source="observed")
+    assert acquired is not None and 0 <= time.time() - acquired < 60, acquired
+    acquired = m.get("captf_state_lock_acquired_timestamp_seconds", namespace=NS, kind=M, name="old-foreign")
+    assert acquired is not None and 7200 - 5 <= time.time() - acquired <= 7200 + 120, acquired
 
 
 def test_lock_becomes_overdue_without_any_api_change(kube: KubeEmulator, exporter: Exporter) -> None:

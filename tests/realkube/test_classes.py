@@ -126,7 +126,8 @@ def test_every_class_on_a_real_server(kube: Kube, ns: str, start_exporter: Calla
     assert m.get("captf_state_lock_created_timestamp_seconds", namespace=ns, kind=M, name="foreign") == \
         pytest.approx(created.timestamp(), abs=0.01)
     for n in ("unknown-type", "unknown-missing", "unknown-garbage"):
-        assert m.labels("captf_state_lock_age_seconds", namespace=ns, kind=M, name=n)["age_source"] == "observed"
+        assert m.labels("captf_state_lock_acquired_timestamp_seconds", namespace=ns, kind=M,
+                        name=n)["age_source"] == "observed"
     # the gone pod's stale verdict was confirmed by a live read (a terminal phase in the watch cache
     # is final and needs none: src/index/pods.rs)
     assert m.get("captf_lock_exporter_pod_reads_total", result="not_found") >= 1

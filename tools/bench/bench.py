@@ -464,7 +464,7 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
         # A runner pod turning Failed: the lock's class becomes own_stale.
         def of_class(h, cls: str):
             def check(body):
-                line = metric_line(body, "captf_state_lock_age_seconds", h["namespace"], h["name"])
+                line = metric_line(body, "captf_state_lock_acquired_timestamp_seconds", h["namespace"], h["name"])
                 return line is not None and f'class="{cls}"'.encode() in line
             return check
         alive = [h for h in held if h["holder"] == "own_pod_alive"][:args.changes]
