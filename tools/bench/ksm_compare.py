@@ -77,6 +77,7 @@ def serve_static(d: Path, port: int) -> None:
 
     class H(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as the exporter and KSM
+        disable_nagle_algorithm = True  # TCP_NODELAY, as Go's and hyper's servers
 
         def do_GET(self) -> None:  # noqa: N802
             if self.path == "/readyz":
@@ -87,13 +88,9 @@ def serve_static(d: Path, port: int) -> None:
             else:
                 self.send_error(404)
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            for k, v in extra.items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(body)
+            head = [f"HTTP/1.1 200 OK", f"Content-Type: {ctype}", f"Content-Length: {len(body)}",
+                    *(f"{k}: {v}" for k, v in extra.items())]
+            self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)  # one write
 
         def log_message(self, *_a: Any) -> None:
             pass
@@ -260,6 +257,9 @@ class Scraper:
                 self.close()  # an idle keep-alive connection the server closed: once more, anew
                 if attempt == 2:
                     raise
+            except BaseException:
+                self.close()  # e.g. connection refused: the next call starts on a new connection
+                raise
         raise AssertionError("unreachable")
 
     def metrics(self, encoding: str = "gzip", accept: str = PROM_ACCEPT) -> tuple[float, bytes, dict]:
@@ -284,8 +284,10 @@ def pct(xs: list[float], p: float) -> float:
     return s[int(k)]
 
 
-def count_series(body: bytes, name: str) -> int:
-    return body.count(b"\n" + name.encode() + b"{") + (1 if body.startswith(name.encode() + b"{") else 0)
+def count_lock_series(body: bytes, name: str) -> int:
+    """Series of ``name`` about lock Leases (KSM also exposes every other Lease of the cluster)."""
+    pre = name.encode() + b"{"
+    return sum(1 for line in body.split(b"\n") if line.startswith(pre) and b'lease="lock-tfstate-' in line)
 
 
 def exporter_complete(body: bytes, n: int, held: int) -> bool:
@@ -308,13 +310,15 @@ def build_fleet(n: int, held: int, namespaces: int) -> tuple[list[str], list[dic
     step = n / held if held else 0
     held_idx = {int(k * step) for k in range(held)} if held else set()
     objs: list[dict[str, Any]] = []
+    taken = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2)
     for i in range(n):
         ns = nss[i % namespaces]
         name = f"m{i:05d}"
         objs.append(terraform_object(M, ns, name))
         if i in held_idx:
             # held by a workstation: class foreign, no holder pod to read
-            objs.append(lock_lease(ns, M, name, who=f"user{i % 97}@laptop-{i % 13}"))
+            # taken two hours ago: overdue from the start, so no lock turns overdue mid-run
+            objs.append(lock_lease(ns, M, name, who=f"user{i % 97}@laptop-{i % 13}", created=taken))
         else:
             objs.append(lease(ns, state_suffix(ns, M, name), owner_kind=M, owner_name=name))
     return nss, objs
@@ -448,14 +452,17 @@ def series_per_lease_ksm(body: bytes, n: int) -> dict[str, Any]:
     from prometheus_client.parser import text_string_to_metric_families
 
     per_family: dict[str, int] = {}
+    other: dict[str, int] = {}
     total = 0
     for fam in text_string_to_metric_families(body.decode()):
         for s in fam.samples:
             total += 1
             if s.name.startswith("kube_lease_"):
-                per_family[s.name] = per_family.get(s.name, 0) + 1
+                d = per_family if s.labels.get("lease", "").startswith("lock-tfstate-") else other
+                d[s.name] = d.get(s.name, 0) + 1
     return {
         "families_per_lease": dict(sorted(per_family.items())),
+        "series_of_other_leases": dict(sorted(other.items())),
         "series_per_lease": round(sum(per_family.values()) / max(1, n), 2),
         "samples_total": total,
     }
@@ -597,7 +604,7 @@ def fmt_table(res: dict[str, Any]) -> str:
     rows = [
         ("time to ready (CPU s by then)", lambda t: "–" if t == "static" else
          f"{g(t, 'ready_s')} s ({g(t, 'ready_cpu_s')})"),
-        ("RSS at rest (VmRSS after 60 s idle)", lambda t: g(t, "rss_rest_MiB", lambda v: f"{v} MiB")),
+        (f"RSS at rest (VmRSS after {res['args']['idle_seconds']:g} s idle)", lambda t: g(t, "rss_rest_MiB", lambda v: f"{v} MiB")),
         (f"peak RSS, {res['args']['concurrency']} concurrent scrapers",
          lambda t: g(t, "rss_peak_conc_MiB", lambda v: f"{v} MiB")),
         ("RSS after the scrapes", lambda t: g(t, "rss_after_MiB", lambda v: f"{v} MiB")),
@@ -606,7 +613,7 @@ def fmt_table(res: dict[str, Any]) -> str:
         (f"{res['args']['concurrency']} concurrent scrapers p50 / p99",
          lambda t: f"{g(t, 'conc_p50_ms')} / {g(t, 'conc_p99_ms')} ms" if "conc_p50_ms" in T.get(t, {}) else "–"),
         ("body plain / gzip", size),
-        ("idle CPU (60 s, % of one core)", lambda t: g(t, "idle_cpu_pct", lambda v: f"{v:.2f} %")),
+        (f"idle CPU ({res['args']['idle_seconds']:g} s, % of one core)", lambda t: g(t, "idle_cpu_pct", lambda v: f"{v:.2f} %")),
         ("API requests / min at rest (audit log)", lambda t: g(t, "api_req_per_min", lambda v: f"{v:g}")),
         ("series per Lease", lambda t: {
             "exporter": f"{res['series']['exporter']['series_per_object']:g} "
@@ -761,7 +768,7 @@ def main() -> int:
                       workdir / f"{name}.log")
 
             def ready(s: Scraper) -> bool:
-                return count_series(s.metrics()[1], "kube_lease_owner") >= args.leases
+                return count_lock_series(s.metrics()[1], "kube_lease_owner") == args.leases
             try:
                 return measure(name, p, port, ready, cp=cp, user=ksm_user, args=args, t_start=t0, mark=m0, rows=rows)
             finally:
@@ -809,6 +816,9 @@ def main() -> int:
         a = res["tools"][tool].get("api_rest", {})
         print(f"API at rest, {tool}: {a.get('requests')} requests in {res['tools'][tool].get('idle_window_s')} s: "
               f"{a.get('by_verb_resource')}")
+        b = res["tools"][tool].get("api_to_ready", {})
+        print(f"API to ready, {tool}: {b.get('requests')} requests: {b.get('by_verb_resource')}")
+    print(f"KSM series of the cluster's other Leases: {ks['series_of_other_leases']}")
     print(f"fleet: {res['fleet']}; identities: {res['identities']}")
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
