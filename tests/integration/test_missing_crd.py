@@ -62,3 +62,19 @@ def test_crd_installed_later(kube: KubeEmulator, start_exporter: Callable[..., E
         E("captf_state_lock_info", 1, namespace=NS, kind="TerraformMachinePool", name="pool",
           **{"class": "foreign"}),
     ], 45, "the pool CRD served: watch up and the pool known")
+
+
+@pytest.mark.kube(omit=["terraformplans"])
+def test_missing_terraformplan_crd(kube: KubeEmulator, start_exporter: Callable[..., Exporter]) -> None:
+    """An older CAPTF without TerraformPlans: that watch is down, the rest (CAPTF's verdict included)
+    keeps working, and no pending plan is claimed."""
+    kube.create(terraform_object("TerraformMachinePool", NS, "pool"))
+    kube.create(lock_lease(NS, "TerraformMachinePool", "pool", who="bob@desk"))
+    exp = start_exporter()
+    expects = [E("captf_lock_exporter_watch_up", 0, resource="terraformplans")]
+    expects += [E("captf_lock_exporter_watch_up", 1, resource=r) for r in ALL_RESOURCES if r != "terraformplans"]
+    expects += [E("captf_state_lock_info", 1, namespace=NS, kind="TerraformMachinePool", name="pool",
+                  **{"class": "foreign"}),
+                E("captf_state_lock_verdict_mismatch", 0, namespace=NS, kind="TerraformMachinePool", name="pool")]
+    m = wait_samples(exp, expects, 20, "watch_up 0 for terraformplans only")
+    assert m.all("captf_state_lock_plan_pending") == []

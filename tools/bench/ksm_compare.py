@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gzip
+import hashlib
 import http.client
 import http.server
 import json
@@ -97,6 +98,7 @@ def serve_static(d: Path, port: int) -> None:
 
     class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
         daemon_threads = True
+        request_queue_size = 128  # the default backlog of 5 drops the 10 scrapers' SYNs (1 s retransmits)
 
     S(("127.0.0.1", port), H).serve_forever()
 
@@ -183,6 +185,19 @@ def status_kib(pid: int, key: str) -> int:
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+    return sum(v) - idle, sum(v)
+
+
+def busy_pct(a: tuple[int, int], b: tuple[int, int]) -> float:
+    """Share of all CPUs busy between two machine_ticks(), in % of the whole machine."""
+    return round((b[0] - a[0]) / max(1, b[1] - a[1]) * 100, 1)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -483,6 +498,7 @@ def measure(tool: str, proc: subprocess.Popen, port: int, ready: Callable[[Scrap
     log's size and the Unix time just before the process was started."""
     want = (lambda r: rows is None or r in rows)
     out: dict[str, Any] = {"pid": proc.pid}
+    ticks0 = machine_ticks()
     probe = Scraper(port)
     try:
         wait_for(lambda: ready(probe), args.ready_timeout, f"{tool} ready", interval=0.1, alive=proc)
@@ -498,14 +514,15 @@ def measure(tool: str, proc: subprocess.Popen, port: int, ready: Callable[[Scrap
     if want("idle"):
         audit = cp.apiserver.audit_log
         offset = audit.stat().st_size
-        c0, w0, m0 = cpu_seconds(proc.pid), time.time(), time.monotonic()
+        c0, w0, m0, k0 = cpu_seconds(proc.pid), time.time(), time.monotonic(), machine_ticks()
         log(f"{tool}: {args.idle_seconds} s at rest (no scrapes)")
         # a measured window, not a wait for something: it ends early only if the process dies
         while time.monotonic() - m0 < args.idle_seconds:
             if proc.poll() is not None:
                 raise RuntimeError(f"{tool} exited with {proc.returncode} at rest")
             time.sleep(min(1.0, max(0.0, args.idle_seconds - (time.monotonic() - m0))))
-        c1, w1, m1 = cpu_seconds(proc.pid), time.time(), time.monotonic()
+        c1, w1, m1, k1 = cpu_seconds(proc.pid), time.time(), time.monotonic(), machine_ticks()
+        out["machine_busy_idle_pct"] = busy_pct(k0, k1)
         window = m1 - m0
         out["idle_window_s"] = round(window, 1)
         out["idle_cpu_pct"] = round((c1 - c0) / window * 100, 3)
@@ -576,6 +593,8 @@ def measure(tool: str, proc: subprocess.Popen, port: int, ready: Callable[[Scrap
         out["conc_p99_ms"] = round(pct(conc_times, 99) * 1000, 1)
         out["rss_after_MiB"] = round(status_kib(proc.pid, "VmRSS") / 1024, 1)
     out["cpu_total_s"] = round(cpu_seconds(proc.pid), 2)
+    out["machine_busy_pct"] = busy_pct(ticks0, machine_ticks())
+    out["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     return out
 
 
@@ -615,6 +634,8 @@ def fmt_table(res: dict[str, Any]) -> str:
         ("body plain / gzip", size),
         (f"idle CPU ({res['args']['idle_seconds']:g} s, % of one core)", lambda t: g(t, "idle_cpu_pct", lambda v: f"{v:.2f} %")),
         ("API requests / min at rest (audit log)", lambda t: g(t, "api_req_per_min", lambda v: f"{v:g}")),
+        ("machine busy over the phase / at rest (all processes, % of all cores)",
+         lambda t: f"{g(t, 'machine_busy_pct')} % / {g(t, 'machine_busy_idle_pct')} %"),
         ("series per Lease", lambda t: {
             "exporter": f"{res['series']['exporter']['series_per_object']:g} "
                         f"(held {res['series']['exporter']['series_per_held_lease']:g}, "
@@ -693,6 +714,11 @@ def main() -> int:
         "args": {k: v for k, v in vars(args).items() if k not in ("serve_static", "port")},
         "kube_apiserver": KUBE_VERSION, "ksm_version": ksm_version, "tools": {}, "series": {},
     }
+    res["loadavg_start"] = Path("/proc/loadavg").read_text().split()[:3]
+    res["exporter_binary"] = {"path": args.exporter,
+                              "mtime": dt.datetime.fromtimestamp(Path(args.exporter).stat().st_mtime,
+                                                                 dt.timezone.utc).isoformat(),
+                              "sha256": hashlib.sha256(exporter_bin.read_bytes()).hexdigest()}
     try:
         res["exporter_version"] = subprocess.run([str(exporter_bin), "--version"], capture_output=True,
                                                  text=True, timeout=10).stdout.strip()
