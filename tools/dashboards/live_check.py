@@ -41,17 +41,20 @@ JOB = "captf-lock-exporter"
 START = time.time()
 
 # (namespace, kind, name, class, operation, holder, lock_id, version, age, age_source, overdue);
-# age: how old the lock was when the check started.
+# age: how old the lock was when the check started (skew: its runner's clock ran an hour ahead,
+# so it was taken an hour in the future and shows age 0).
 LOCKS = [
     ("team-a", "TerraformMachine", "web", "own_live", "OperationTypeApply",
      "@captf-m-web-apply-a1-abc123-x7k2p", "1111", "1.9.0", 120, "lock_info", 0),
     ("team-a", "TerraformCluster", "prod", "foreign", "OperationTypePlan",
      "alice@laptop", "2222", "1.9.0", 900, "lock_info", 1),
     ("team-b", "TerraformMachinePool", "pool", "unknown", "", "", "abcd", "", 50, "observed", 0),
+    ("team-b", "TerraformMachine", "skew", "own_stale", "OperationTypeApply",
+     "@captf-m-skew-apply-a1-abc123-x7k2p", "5555", "1.9.0", -3600, "lock_info", 0),
 ]
 OBJECTS = [l[:3] for l in LOCKS] + [("team-b", "TerraformMachine", "db")]
 LAST_FORCE_UNLOCK = {"web": 3600, "db": 7200, "prod": 86400}  # seconds ago; pool: never (0)
-FORCE_UNLOCKS = {"web": 2, "db": 1, "prod": 1, "pool": 0}
+FORCE_UNLOCKS = {"web": 2, "db": 1, "prod": 1, "pool": 0, "skew": 0}
 # CAPTF's StateReadable condition (status, reason) per object name; pool has none.
 CONDITIONS = {"web": ("True", "StateRead"), "prod": ("False", "StateLocked"), "db": ("True", "StateRead")}
 MISMATCH = {"pool"}          # verdict_mismatch 1; 0 for the other objects
@@ -233,12 +236,12 @@ def main():
             names = sorted(s["metric"]["name"] for s in rows(M, 4, ref))
             expect(f"held-locks table {ref}: one row per held lock, got {names}", names == sorted(l[2] for l in LOCKS))
         order = [s["metric"]["name"] for s in sorted(rows(M, 4, "E"), key=last, reverse=True)]
-        expect(f"held-locks sort key puts overdue first, then oldest: {order}", order == ["prod", "web", "pool"])
+        expect(f"held-locks sort key puts overdue first, then oldest: {order}", order == ["prod", "web", "pool", "skew"])
         ages = {s["metric"]["name"]: (s["metric"].get("age_source"), last(s)) for s in rows(M, 4, "B")}
         expect(f"pool's age is observed: {ages}", ages.get("pool", ("",))[0] == "observed")
         # Ages are time() - the acquired timestamp, the oldest replica's (min of acquired).
-        want_age = {l[2]: now - min(acquired(l, r) for r in (0, 1)) for l in LOCKS}
-        expect(f"held-locks table ages are now - acquired, the oldest replica's: {ages} vs {want_age}",
+        want_age = {l[2]: max(0, now - min(acquired(l, r) for r in (0, 1))) for l in LOCKS}
+        expect(f"held-locks table ages are now - acquired, the oldest replica's, never negative: {ages} vs {want_age}",
                set(ages) == set(want_age) and all(abs(ages[n][1] - want_age[n]) < 0.01 for n in want_age))
         lf = sorted(s["metric"]["name"] for s in rows(M, 7, "A"))
         expect(f"last force-unlock table lists web, db, prod (not pool): {lf}", lf == ["db", "prod", "web"])
