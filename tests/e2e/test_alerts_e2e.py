@@ -366,6 +366,18 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
     assert fo.labels.get("holder") == ALICE and fo.labels.get("class") == "foreign", fo.labels
     assert fo.labels.get("lock_id") == foreign_info["ID"] and fo.labels.get("operation") == "OperationTypePlan"
     assert ALICE in fo.alert["annotations"]["summary"] and ALICE in fo.alert["annotations"]["description"]
+    # The exporter exports when the lock was taken (lock-info Created), not its age; the rule's value
+    # is the age, time() - that, as of its last evaluation (1 s interval). The age family is off by
+    # default (--export-lock-age), so nothing in Prometheus may depend on it.
+    fo_created = parse_rfc3339(foreign_info["Created"])
+    acquired = agreed(f'captf_state_lock_acquired_timestamp_seconds{sel(FOREIGN, age_source="lock_info")}')
+    assert acquired is not None and abs(acquired - fo_created) < 0.01, (acquired, foreign_info["Created"])
+    fo_age, age_now = _alert_value(prom, A_OVERDUE, "bastion"), time.time() - fo_created
+    assert FOREIGN_TIMEOUT_S + 60 <= fo_age <= age_now and age_now - fo_age < 5, (
+        f"{A_OVERDUE}: $value {fo_age:.2f} is not the lock's age ({age_now:.2f} s now)")
+    assert prom.query("captf_state_lock_age_seconds") == [], "the age family is exported without --export-lock-age"
+    notes.append(f"{A_OVERDUE}: $value {fo_age:.2f} s = time() - acquired_timestamp (Created), "
+                 f"{age_now - fo_age:.2f} s behind the wall clock (last evaluation)")
 
     trig["release"] = (time.monotonic(), time.time())
     kube.release_lock(NS_A, lease_name(state_suffix(NS_A, M, "bastion")))

@@ -40,17 +40,21 @@ from pykit.prometheus import dashboard_queries, start_prometheus  # noqa: E402
 JOB = "captf-lock-exporter"
 START = time.time()
 
-# (namespace, kind, name, class, operation, holder, lock_id, version, age, age_source, overdue)
+# (namespace, kind, name, class, operation, holder, lock_id, version, age, age_source, overdue);
+# age: how old the lock was when the check started (skew: its runner's clock ran an hour ahead,
+# so it was taken an hour in the future and shows age 0).
 LOCKS = [
     ("team-a", "TerraformMachine", "web", "own_live", "OperationTypeApply",
      "@captf-m-web-apply-a1-abc123-x7k2p", "1111", "1.9.0", 120, "lock_info", 0),
     ("team-a", "TerraformCluster", "prod", "foreign", "OperationTypePlan",
      "alice@laptop", "2222", "1.9.0", 900, "lock_info", 1),
     ("team-b", "TerraformMachinePool", "pool", "unknown", "", "", "abcd", "", 50, "observed", 0),
+    ("team-b", "TerraformMachine", "skew", "own_stale", "OperationTypeApply",
+     "@captf-m-skew-apply-a1-abc123-x7k2p", "5555", "1.9.0", -3600, "lock_info", 0),
 ]
 OBJECTS = [l[:3] for l in LOCKS] + [("team-b", "TerraformMachine", "db")]
 LAST_FORCE_UNLOCK = {"web": 3600, "db": 7200, "prod": 86400}  # seconds ago; pool: never (0)
-FORCE_UNLOCKS = {"web": 2, "db": 1, "prod": 1, "pool": 0}
+FORCE_UNLOCKS = {"web": 2, "db": 1, "prod": 1, "pool": 0, "skew": 0}
 # CAPTF's StateReadable condition (status, reason) per object name; pool has none.
 CONDITIONS = {"web": ("True", "StateRead"), "prod": ("False", "StateLocked"), "db": ("True", "StateRead")}
 MISMATCH = {"pool"}          # verdict_mismatch 1; 0 for the other objects
@@ -69,6 +73,10 @@ def labels(**kw):
     return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in kw.items()) + "}"
 
 
+def acquired(lock, replica):
+    return START - lock[8] - (replica * 0.5 if lock[9] == "observed" else 0)
+
+
 def exposition(replica):
     now = time.time()
     up_for = now - START
@@ -84,9 +92,11 @@ def exposition(replica):
     family("captf_state_lock_info", "gauge", [
         ({**obj(*l[:3]), "class": l[3], "operation": l[4], "holder": l[5], "lock_id": l[6], "version": l[7]}, 1)
         for l in LOCKS])
-    # Replicas compute age a moment apart.
-    family("captf_state_lock_age_seconds", "gauge", [
-        ({**obj(*l[:3]), "class": l[3], "age_source": l[9]}, l[8] + up_for + replica * 0.5) for l in LOCKS])
+    # The exporter says when a lock was taken, not its age (the dashboards compute
+    # time() - that). Replicas agree on a lock-info Created; an observed lock is dated
+    # from when each replica first saw it, replica 1 half a second before replica 0.
+    family("captf_state_lock_acquired_timestamp_seconds", "gauge", [
+        ({**obj(*l[:3]), "class": l[3], "age_source": l[9]}, acquired(l, replica)) for l in LOCKS])
     family("captf_state_lock_created_timestamp_seconds", "gauge", [
         (obj(*l[:3]), START - l[8]) for l in LOCKS if l[9] == "lock_info"])
     family("captf_state_lock_overdue", "gauge", [({**obj(*l[:3]), "class": l[3]}, l[10]) for l in LOCKS])
@@ -226,9 +236,13 @@ def main():
             names = sorted(s["metric"]["name"] for s in rows(M, 4, ref))
             expect(f"held-locks table {ref}: one row per held lock, got {names}", names == sorted(l[2] for l in LOCKS))
         order = [s["metric"]["name"] for s in sorted(rows(M, 4, "E"), key=last, reverse=True)]
-        expect(f"held-locks sort key puts overdue first, then oldest: {order}", order == ["prod", "web", "pool"])
+        expect(f"held-locks sort key puts overdue first, then oldest: {order}", order == ["prod", "web", "pool", "skew"])
         ages = {s["metric"]["name"]: (s["metric"].get("age_source"), last(s)) for s in rows(M, 4, "B")}
         expect(f"pool's age is observed: {ages}", ages.get("pool", ("",))[0] == "observed")
+        # Ages are time() - the acquired timestamp, the oldest replica's (min of acquired).
+        want_age = {l[2]: max(0, now - min(acquired(l, r) for r in (0, 1))) for l in LOCKS}
+        expect(f"held-locks table ages are now - acquired, the oldest replica's, never negative: {ages} vs {want_age}",
+               set(ages) == set(want_age) and all(abs(ages[n][1] - want_age[n]) < 0.01 for n in want_age))
         lf = sorted(s["metric"]["name"] for s in rows(M, 7, "A"))
         expect(f"last force-unlock table lists web, db, prod (not pool): {lf}", lf == ["db", "prod", "web"])
         ts = {s["metric"]["name"]: last(s) for s in rows(M, 7, "A")}
@@ -240,6 +254,12 @@ def main():
         cls = [s["metric"].get("class") for s in rows(D, 2, "A")]
         expect(f"drill-down resolves team-a/TerraformCluster/prod (foreign): {cls}", cls == ["foreign"])
         expect("drill-down current lock table: one row", len(rows(D, 7, "A")) == 1 and len(rows(D, 7, "B")) == 1)
+        prod_age = next(now - START + l[8] for l in LOCKS if l[2] == "prod")
+        for pid in (3, 7, 8):
+            ref = "B" if pid == 7 else "A"
+            got = [last(s) for s in rows(D, pid, ref)]
+            expect(f"drill-down panel {pid} shows prod's age {prod_age:.1f}: {got}",
+                   len(got) == 1 and abs(got[0] - prod_age) < 0.01)
         cond = [(s["metric"].get("status"), s["metric"].get("reason")) for s in rows(D, 12, "A")]
         expect(f"drill-down CAPTF condition of prod is False/StateLocked, once: {cond}", cond == [("False", "StateLocked")])
         expect("drill-down verdict of prod: agree (0)", [last(s) for s in rows(D, 13, "A")] == [0])

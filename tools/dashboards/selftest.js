@@ -61,6 +61,8 @@ const CASES = [
   ["missing cluster filter in a variable", MAIN, (d) => { d.templating.list[2].query = "label_values(captf_state_lock_held, namespace)"; }, "semantics:", 'must filter cluster=~"$cluster"'],
   ["cluster spanned with .*", DRILL, (d) => { panel(d, 1).targets[0].expr = panel(d, 1).targets[0].expr.replace('cluster=~"$cluster"', 'cluster=~".*"'); }, "semantics:", 'must filter cluster=~"$cluster"'],
   ["$__range in a range query", DRILL, (d) => { panel(d, 10).targets[0].expr = panel(d, 10).targets[0].expr.replace("$__rate_interval", "$__range"); }, "semantics:", "range [$__range] only in instant queries"],
+  // The age family exists only behind --export-lock-age: a panel must compute time() - acquired.
+  ["age family that is off by default", DRILL, (d) => { panel(d, 3).targets[0].expr = 'max(captf_state_lock_age_seconds{cluster=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'; }, "semantics:", "captf_state_lock_age_seconds is not in metrics.txt"],
   ["UTF-8 quoted metric name", MAIN, (d) => { panel(d, 5).targets[0].expr = 'max by (class) ({"captf_state_locks_held"})'; }, "promql (promtool", "could not parse"],
 ];
 
