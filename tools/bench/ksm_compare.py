@@ -536,6 +536,7 @@ def measure(tool: str, proc: subprocess.Popen, port: int, ready: Callable[[Scrap
             out["api_req_per_min"] = 0.0
 
     sc = Scraper(port)
+    scrapes_cpu0, scrapes_n = cpu_seconds(proc.pid), 0
     try:
         if want("sizes"):
             _, status, plain, h = sc.get("/metrics", PROM_ACCEPT, "identity")
@@ -553,6 +554,7 @@ def measure(tool: str, proc: subprocess.Popen, port: int, ready: Callable[[Scrap
             out["_plain"], out["_gzip"] = plain, gz
             _, status3, text, _ = sc.get("/metrics", TEXT_ACCEPT, "identity")
             out["_text"] = text
+            scrapes_n += 3
 
         if want("seq"):
             sc.metrics()  # warm the connection
@@ -560,6 +562,7 @@ def measure(tool: str, proc: subprocess.Popen, port: int, ready: Callable[[Scrap
             out["scrape_p50_ms"] = round(pct(times, 50) * 1000, 1)
             out["scrape_p99_ms"] = round(pct(times, 99) * 1000, 1)
             out["scrapes"] = len(times)
+            scrapes_n += 1 + len(times)
     finally:
         sc.close()
 
@@ -592,6 +595,11 @@ def measure(tool: str, proc: subprocess.Popen, port: int, ready: Callable[[Scrap
         out["conc_p50_ms"] = round(pct(conc_times, 50) * 1000, 1)
         out["conc_p99_ms"] = round(pct(conc_times, 99) * 1000, 1)
         out["rss_after_MiB"] = round(status_kib(proc.pid, "VmRSS") / 1024, 1)
+        scrapes_n += len(conc_times)
+    if scrapes_n:
+        # the process's CPU over the scrape phases (nothing else asks it for work then) per scrape
+        out["cpu_per_scrape_ms"] = round((cpu_seconds(proc.pid) - scrapes_cpu0) / scrapes_n * 1000, 2)
+        out["scrapes_measured_for_cpu"] = scrapes_n
     out["cpu_total_s"] = round(cpu_seconds(proc.pid), 2)
     out["machine_busy_pct"] = busy_pct(ticks0, machine_ticks())
     out["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
@@ -631,6 +639,8 @@ def fmt_table(res: dict[str, Any]) -> str:
          lambda t: f"{g(t, 'scrape_p50_ms')} / {g(t, 'scrape_p99_ms')} ms" if "scrape_p50_ms" in T.get(t, {}) else "–"),
         (f"{res['args']['concurrency']} concurrent scrapers p50 / p99",
          lambda t: f"{g(t, 'conc_p50_ms')} / {g(t, 'conc_p99_ms')} ms" if "conc_p50_ms" in T.get(t, {}) else "–"),
+        ("CPU per scrape (server's CPU over all its scrapes / count)",
+         lambda t: g(t, "cpu_per_scrape_ms", lambda v: f"{v:g} ms")),
         ("body plain / gzip", size),
         (f"idle CPU ({res['args']['idle_seconds']:g} s, % of one core)", lambda t: g(t, "idle_cpu_pct", lambda v: f"{v:.2f} %")),
         ("API requests / min at rest (audit log)", lambda t: g(t, "api_req_per_min", lambda v: f"{v:g}")),
