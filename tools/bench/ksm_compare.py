@@ -16,8 +16,8 @@ server:
 
 and, with ``--ksm-gzip`` (the default), a second KSM with ``--enable-gzip-encoding`` for the
 scrape and size rows only. Each tool's phase: start -> ready (CPU seconds by then) -> 60 s at rest
-(no scrapes: idle CPU, API requests from the audit log, VmRSS at its end) -> 100 sequential
-scrapes -> body sizes -> 10 concurrent scrapers (VmHWM after a clear_refs reset, and VmRSS
+(no scrapes: idle CPU, API requests from the audit log, VmRSS at its end) -> body sizes ->
+100 sequential scrapes -> 10 concurrent scrapers (VmHWM after a clear_refs reset, and VmRSS
 sampled every 5 ms) -> stopped by PID. Prints a Markdown table; ``--out`` gets everything as JSON.
 
 Every wait polls a condition against a deadline. Every process started here is stopped by its
