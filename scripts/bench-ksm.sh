@@ -10,7 +10,8 @@
 # server one after the other and stops each by PID (also on failure and on Ctrl-C).
 # Logs go to $BENCH_WORKDIR (default: a new temporary directory, printed first); the JSON
 # results to $BENCH_OUT (default: $BENCH_WORKDIR/ksm-compare.json, or target/ksm-compare.json).
-# About 8 minutes on 2 cores with the binaries built; a cold KSM build adds a few minutes.
+# About 5 minutes on 2 cores with the binaries built (creating the 20k objects is 1-2 of them);
+# a cold KSM build adds about 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in -h|--help) sed -n '2,14p' "$0"; exit 0 ;; esac
