@@ -14,7 +14,7 @@
 # a cold KSM build adds about 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-}" in -h|--help) sed -n '2,15p' "$0"; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,14p' "$0"; exit 0 ;; esac
 
 ksm="$(tools/ksm/build.sh)"
 tools/kube/build.sh all >/dev/null
