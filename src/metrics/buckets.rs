@@ -58,7 +58,8 @@ fn hash_f64(h: &mut DefaultHasher, x: f64) {
 }
 
 impl LockRow {
-    fn fingerprint(&self, h: &mut DefaultHasher) {
+    /// The age moves with the clock: it counts only when it is exported.
+    fn fingerprint(&self, h: &mut DefaultHasher, with_age: bool) {
         (&self.ns, self.kind, &self.name, self.class.as_str()).hash(h);
         (&self.operation, &self.holder, &self.lock_id, &self.version).hash(h);
         (
@@ -68,7 +69,9 @@ impl LockRow {
         )
             .hash(h);
         hash_f64(h, self.base);
-        hash_f64(h, self.age);
+        if with_age {
+            hash_f64(h, self.age);
+        }
     }
 }
 
@@ -103,11 +106,11 @@ struct BucketRows {
 }
 
 impl BucketRows {
-    fn fingerprint(&self) -> u64 {
+    fn fingerprint(&self, with_age: bool) -> u64 {
         let mut h = DefaultHasher::new();
         self.locks.len().hash(&mut h);
         for r in &self.locks {
-            r.fingerprint(&mut h);
+            r.fingerprint(&mut h, with_age);
         }
         self.objects.len().hash(&mut h);
         for r in &self.objects {
@@ -284,7 +287,7 @@ impl IndexRender {
         let (rows, per_class) = partition(snap);
         let mut encoded = 0;
         for (bucket, rows) in self.buckets.iter_mut().zip(rows) {
-            let fp = rows.fingerprint();
+            let fp = rows.fingerprint(self.exposition.lock_age);
             if bucket.fingerprint == Some(fp) {
                 continue;
             }
