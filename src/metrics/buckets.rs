@@ -35,10 +35,11 @@ use crate::core::classify::HolderClass;
 use crate::shared::Shared;
 
 /// Buckets of the index part. More make a change cheaper and the gzip
-/// body larger (each block is compressed on its own); 64 keeps a block of
-/// a 100k fleet near 1,500 objects, which compresses about as well as the
-/// whole.
-pub(crate) const BUCKETS: usize = 64;
+/// body larger (each block is compressed on its own, without the history
+/// of the blocks before it). Measured at 10k objects: the gzip body is
+/// 219 kB compressed whole, 376 kB in 16 buckets, 597 kB in 64; 16 make a
+/// change cost a sixteenth of a whole render.
+pub(crate) const BUCKETS: usize = 16;
 
 /// The bucket of a row's (namespace, kind, name): FNV-1a, fixed across
 /// runs and versions, so the body's order is too.
