@@ -168,11 +168,15 @@ fn captf_verdict_families_keep_closed_label_sets() {
         ix.apply(ObjectKey::new("ns", "prod-plan-1"), plan, now)
     });
     let before = render(&shared, Format::Prometheus).expect("renders");
+    // Sorted: the body's order is bucket order, not name order.
     let line = |text: &str, prefix: &str| {
-        text.lines()
+        let mut lines = text
+            .lines()
             .filter(|l| l.starts_with(prefix))
             .map(str::to_string)
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        lines.sort();
+        lines
     };
     assert_eq!(
         line(&before, "captf_state_lock_captf_condition{"),

@@ -10,6 +10,11 @@
 //! exposition_golden`) only for an intended exposition change, and say so in
 //! the commit.
 //!
+//! Since issue 17 the index part is rendered in buckets (`metrics::buckets`):
+//! within each family the series come in bucket order, not name order. The
+//! files were re-blessed then, and checked to hold, family by family, the
+//! same lines as before.
+//!
 //! Two values are not fixed by the index and are normalised before the
 //! comparison: `watch_last_success_timestamp_seconds` (wall clock of the
 //! health updates) and the build_info version (the crate version).

@@ -24,8 +24,9 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
+use super::buckets::IndexRender;
 use super::gzip_parts;
-use super::parts::{render_health, render_index};
+use super::parts::render_health;
 use super::{Exposition, Format};
 use crate::shared::Shared;
 
@@ -148,6 +149,7 @@ pub struct ScrapeCache {
     /// Wakes the renderer when a pair is first wanted.
     wake: Arc<Notify>,
     renders: AtomicU64,
+    bucket_renders: AtomicU64,
     compressions: AtomicU64,
     publications: AtomicU64,
     /// Tests hold the renderer inside a render with this.
@@ -167,10 +169,8 @@ impl std::fmt::Debug for ScrapeCache {
 /// What the renderer keeps of one format between passes.
 #[derive(Default)]
 struct FormatState {
-    /// The index part's text and the generation it shows.
-    index: Option<(u64, Bytes)>,
-    /// The index part compressed, for the generation above.
-    index_gz: Option<gzip_parts::Part>,
+    /// The index part, bucket by bucket, and the generation it shows.
+    index: Option<(u64, IndexRender)>,
     /// The last health part rendered.
     health: Option<Bytes>,
 }
@@ -191,6 +191,7 @@ impl ScrapeCache {
             wanted: std::array::from_fn(|_| AtomicBool::new(false)),
             wake: Arc::new(Notify::new()),
             renders: AtomicU64::new(0),
+            bucket_renders: AtomicU64::new(0),
             compressions: AtomicU64::new(0),
             publications: AtomicU64::new(0),
             #[cfg(test)]
@@ -205,6 +206,12 @@ impl ScrapeCache {
     /// How many index-part renders this cache has run.
     pub fn renders(&self) -> u64 {
         self.renders.load(Ordering::Relaxed)
+    }
+
+    /// How many buckets of the index part this cache has encoded: a change
+    /// of one object costs one.
+    pub fn bucket_renders(&self) -> u64 {
+        self.bucket_renders.load(Ordering::Relaxed)
     }
 
     /// How many index-part compressions this cache has run.
@@ -255,46 +262,53 @@ impl ScrapeCache {
             }
             let st = &mut state[fi];
             let generation = self.shared.index_generation();
-            // Ages move with the clock: with them on, every pass renders.
+            // Ages move with the clock: with them on, every pass updates.
             let index_current = !self.exposition.lock_age
                 && st.index.as_ref().is_some_and(|(g, _)| *g == generation);
+            let needs_gz = want_gzip && st.index.as_ref().is_some_and(|(_, r)| !r.compressed());
             let mut moved = false;
-            if !index_current {
-                let capacity = st
-                    .index
-                    .as_ref()
-                    .map_or(64 * 1024, |(_, t)| t.len() + t.len() / 8);
-                // Dropped before the render so that the old and the new
-                // text are not both held here (published bodies keep theirs).
-                st.index = None;
-                st.index_gz = None;
+            if !index_current || needs_gz || st.index.is_none() {
+                let render = match st.index.take() {
+                    Some((_, r)) => r,
+                    None => IndexRender::new(format, self.exposition)
+                        .map_err(|_| ScrapeError::Encode)?,
+                };
                 let shared = self.shared.clone();
-                let exposition = self.exposition;
+                let update = !index_current;
                 #[cfg(test)]
                 let _held = self.gate.acquire().await;
-                let text = tokio::task::spawn_blocking(move || {
-                    render_index(&shared, format, SystemTime::now(), exposition, capacity)
+                let (render, encoded, compressed) = tokio::task::spawn_blocking(move || {
+                    let mut render = render;
+                    let encoded = if update {
+                        render
+                            .update(&shared, SystemTime::now())
+                            .map_err(|_| ScrapeError::Encode)?
+                    } else {
+                        0
+                    };
+                    let compressed = if want_gzip {
+                        render.compress().map_err(ScrapeError::Compress)?
+                    } else {
+                        0
+                    };
+                    Ok::<_, ScrapeError>((render, encoded, compressed))
                 })
                 .await
-                .map_err(|_| ScrapeError::Task)?
-                .map_err(|_| ScrapeError::Encode)?;
-                self.renders.fetch_add(1, Ordering::Relaxed);
-                st.index = Some((generation, Bytes::from(text)));
-                moved = true;
+                .map_err(|_| ScrapeError::Task)??;
+                if update {
+                    self.renders.fetch_add(1, Ordering::Relaxed);
+                    self.bucket_renders
+                        .fetch_add(encoded as u64, Ordering::Relaxed);
+                }
+                if compressed > 0 {
+                    self.compressions.fetch_add(1, Ordering::Relaxed);
+                }
+                moved = encoded > 0 || compressed > 0 || update && render.overview_moved();
+                st.index = Some((generation, render));
             }
-            let Some((_, index)) = st.index.clone() else {
+            let Some((_, render)) = st.index.as_ref() else {
                 return Err(ScrapeError::Task);
             };
-            if want_gzip && st.index_gz.is_none() {
-                let plain = index.clone();
-                let part = tokio::task::spawn_blocking(move || gzip_parts::part(&plain, false))
-                    .await
-                    .map_err(|_| ScrapeError::Task)?
-                    .map_err(ScrapeError::Compress)?;
-                self.compressions.fetch_add(1, Ordering::Relaxed);
-                st.index_gz = Some(part);
-                moved = true;
-            }
             let health =
                 Bytes::from(render_health(&self.shared, format).map_err(|_| ScrapeError::Encode)?);
             if st.health.as_ref() != Some(&health) {
@@ -303,14 +317,17 @@ impl ScrapeCache {
             }
             let missing = |slot: usize| self.published[slot].borrow().is_none();
             if want_plain && (moved || missing(plain_slot)) {
-                self.publish(plain_slot, vec![index.clone(), health.clone()]);
+                let mut chunks = render.chunks();
+                chunks.push(health.clone());
+                self.publish(plain_slot, chunks);
             }
             if want_gzip && (moved || missing(gzip_slot)) {
-                let Some(index_gz) = &st.index_gz else {
+                let Some(mut parts) = render.gz_parts() else {
                     return Err(ScrapeError::Task);
                 };
                 let health_gz = gzip_parts::part(&health, true).map_err(ScrapeError::Compress)?;
-                self.publish(gzip_slot, gzip_parts::stream(&[index_gz, &health_gz]));
+                parts.push(&health_gz);
+                self.publish(gzip_slot, gzip_parts::stream(&parts));
             }
         }
         Ok(())
@@ -463,6 +480,53 @@ mod tests {
             "the clock alone moves nothing"
         );
         assert_eq!(cache.publications(), publications, "nothing published");
+    }
+
+    /// A change costs the buckets it touches, not the fleet: one object's
+    /// write encodes one bucket again, and the body still equals an
+    /// uncached render.
+    #[tokio::test(start_paused = true)]
+    async fn a_change_of_one_object_encodes_one_bucket() {
+        let (shared, _rx) = Shared::new();
+        for i in 0..500 {
+            object(&shared, &format!("m-{i}"));
+        }
+        let cache = ScrapeCache::new(shared.clone());
+        text(&cache).await;
+        let first = cache.bucket_renders();
+        assert_eq!(
+            first,
+            crate::metrics::buckets::BUCKETS as u64,
+            "every bucket once"
+        );
+        held_lock(&shared, "m-7");
+        wait_body(&cache, Duration::from_secs(1), |t| {
+            t.contains(
+                "captf_state_lock_info{namespace=\"ns\",kind=\"TerraformMachine\",name=\"m-7\"",
+            )
+        })
+        .await;
+        assert_eq!(cache.bucket_renders() - first, 1, "one bucket");
+        // Another change later: the held lock's bucket is not encoded again
+        // because its age moved (ages are not exported).
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        object(&shared, "m-new");
+        let body = wait_body(&cache, Duration::from_secs(1), |t| {
+            t.contains("name=\"m-new\"")
+        })
+        .await;
+        assert_eq!(cache.bucket_renders() - first, 2, "only m-new's bucket");
+        let uncached = crate::metrics::render_at(&shared, Format::OpenMetrics, SystemTime::now())
+            .expect("renders");
+        if body != uncached {
+            let diff: Vec<_> = body
+                .lines()
+                .zip(uncached.lines())
+                .filter(|(a, b)| a != b)
+                .take(3)
+                .collect();
+            panic!("the bucketed body is not the whole render: {diff:?}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

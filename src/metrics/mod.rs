@@ -14,6 +14,7 @@
 //! [`crate::health::Health`] as prometheus-client counters and are
 //! registered beside the collector.
 
+pub(crate) mod buckets;
 mod cache;
 mod families;
 mod gzip_parts;
@@ -27,7 +28,6 @@ use std::time::SystemTime;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
-use prometheus_client::registry::Registry;
 
 use crate::shared::Shared;
 
@@ -91,70 +91,33 @@ pub fn render_at(
     render_with(shared, format, now, Exposition::default())
 }
 
-/// [`render_at`] with the optional families of `exposition`.
+/// [`render_at`] with the optional families of `exposition`: the index
+/// part rendered from scratch (every bucket), then the health part.
 pub fn render_with(
     shared: &Arc<Shared>,
     format: Format,
     now: SystemTime,
     exposition: Exposition,
 ) -> Result<String, std::fmt::Error> {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(LockCollector {
-        shared: shared.clone(),
-        now,
-        part: Part::All,
-        exposition,
-    }));
-    // A sub-registry is encoded after the collectors: the counters keep
-    // their place at the end of the exposition.
-    shared
-        .health
-        .register_counters(registry.sub_registry_with_labels(std::iter::empty()));
+    let mut index = buckets::IndexRender::new(format, exposition)?;
+    index.update(shared, now)?;
     let mut out = String::with_capacity(64 * 1024);
-    match format {
-        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry)?,
-        Format::Prometheus => {
-            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?
-        }
+    for chunk in index.chunks() {
+        out.push_str(std::str::from_utf8(&chunk).map_err(|_| std::fmt::Error)?);
     }
+    out.push_str(&parts::render_health(shared, format)?);
     Ok(out)
 }
 
-/// The families computed from the index and watch health at scrape time.
+/// Watch health, computed at render time (the self-metric counters are
+/// registered beside it).
 #[derive(Debug)]
 struct LockCollector {
     shared: Arc<Shared>,
-    now: SystemTime,
-    /// Which families to encode.
-    part: Part,
-    /// The optional families.
-    exposition: Exposition,
-}
-
-/// The part of the exposition a collector encodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Part {
-    /// Everything.
-    All,
-    /// What only the index changes (locks, objects, counters per object,
-    /// overview): the cached part.
-    Index,
-    /// Watch health (the self-metric counters are registered beside it).
-    Health,
 }
 
 impl Collector for LockCollector {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        if self.part != Part::Health {
-            let snap = self.snapshot(self.now);
-            families::encode_locks(&mut enc, &snap.locks, self.exposition)?;
-            families::encode_objects(&mut enc, &snap.objects)?;
-            families::encode_force_unlocks(&mut enc, &snap.force_unlocks)?;
-            families::encode_overview(&mut enc, &snap.per_class, self.shared.version)?;
-        }
-        if self.part != Part::Index {
-            families::encode_watch_health(&mut enc, &self.shared.health)?;
-        }
-        Ok(())
+        families::encode_watch_health(&mut enc, &self.shared.health)
     }
 }

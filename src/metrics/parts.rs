@@ -1,9 +1,11 @@
 //! The exposition in two parts, each rendered beside the scrapes:
 //!
 //! - the *index part*: every family the index feeds (locks, objects,
-//!   counters per object, overview), rendered when the index changes;
-//! - the *health part*: watch health and the self-metric counters, small,
-//!   rendered with every pass of the renderer (at least once a second).
+//!   counters per object, overview), rendered bucket by bucket when the
+//!   index changes ([`super::buckets`]);
+//! - the *health part* (here): watch health and the self-metric counters,
+//!   small, rendered with every pass of the renderer (at least once a
+//!   second).
 //!
 //! A body is the index part's text followed by the health part's: the same
 //! bytes an uncached render ([`super::render_at`]) gives at that instant (a
@@ -12,11 +14,10 @@
 //! asks for them), and an overdue flip reaches it as an index change.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use prometheus_client::registry::Registry;
 
-use super::{Exposition, Format, LockCollector, Part};
+use super::{Format, LockCollector};
 use crate::shared::Shared;
 
 /// One encoded registry in `format`, without the OpenMetrics `# EOF`.
@@ -33,24 +34,6 @@ fn encode(registry: &Registry, format: Format, capacity: usize) -> Result<String
     Ok(out)
 }
 
-/// Renders the index part at `now` into a buffer of `capacity` bytes.
-pub(crate) fn render_index(
-    shared: &Arc<Shared>,
-    format: Format,
-    now: SystemTime,
-    exposition: Exposition,
-    capacity: usize,
-) -> Result<String, std::fmt::Error> {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(LockCollector {
-        shared: shared.clone(),
-        now,
-        part: Part::Index,
-        exposition,
-    }));
-    encode(&registry, format, capacity)
-}
-
 /// Renders the health part: watch health and the self-metric counters,
 /// with the OpenMetrics `# EOF` that ends every body.
 pub(crate) fn render_health(
@@ -60,9 +43,6 @@ pub(crate) fn render_health(
     let mut registry = Registry::default();
     registry.register_collector(Box::new(LockCollector {
         shared: shared.clone(),
-        now: SystemTime::now(),
-        part: Part::Health,
-        exposition: Exposition::default(),
     }));
     shared
         .health

@@ -4,11 +4,11 @@
 use std::collections::HashSet;
 use std::time::SystemTime;
 
-use super::LockCollector;
 use crate::core::classify::{is_overdue, HolderClass};
 use crate::index::{CaptfStatus, ForceUnlocks};
 
 /// One held lock, as rendered.
+#[derive(Debug)]
 pub(super) struct LockRow {
     pub(super) ns: String,
     pub(super) kind: &'static str,
@@ -27,6 +27,7 @@ pub(super) struct LockRow {
 }
 
 /// One force-unlock counter, as rendered.
+#[derive(Debug)]
 pub(super) struct FuRow {
     pub(super) ns: String,
     pub(super) kind: String,
@@ -43,6 +44,7 @@ pub(super) struct Snapshot {
 }
 
 /// One object, as rendered.
+#[derive(Debug)]
 pub(super) struct ObjectRow {
     pub(super) ns: String,
     pub(super) kind: &'static str,
@@ -65,11 +67,9 @@ fn condition_labels(captf: Option<&CaptfStatus>) -> Option<(&'static str, &'stat
     Some((c.status.as_str(), c.reason.as_str()))
 }
 
-impl LockCollector {
-    /// Copies what the scrape needs under one short read lock.
-    pub(super) fn snapshot(&self, now: SystemTime) -> Snapshot {
-        self.shared.read(|ix| snapshot_of(ix, now))
-    }
+/// Copies what a render needs out of the index under one short read lock.
+pub(super) fn take(shared: &crate::shared::Shared, now: SystemTime) -> Snapshot {
+    shared.read(|ix| snapshot_of(ix, now))
 }
 
 fn snapshot_of(ix: &crate::index::Index, now: SystemTime) -> Snapshot {
