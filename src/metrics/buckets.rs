@@ -155,19 +155,6 @@ impl Collector for OverviewCollector {
     }
 }
 
-fn encode_registry(registry: &Registry, format: Format) -> Result<String, std::fmt::Error> {
-    let mut out = String::new();
-    match format {
-        Format::OpenMetrics => {
-            prometheus_client::encoding::text::encode_registry(&mut out, registry)?
-        }
-        Format::Prometheus => {
-            prometheus_client::encoding::prometheus_text::encode(&mut out, registry)?
-        }
-    }
-    Ok(out)
-}
-
 /// Per family (in encoding order): its header lines and its sample lines.
 /// Every family starts with its `# HELP` line, rows or not.
 fn split_families(text: &str) -> (Vec<String>, Vec<String>) {
@@ -200,7 +187,7 @@ fn encode_rows(
 ) -> Result<Vec<Bytes>, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(RowsCollector { rows, exposition }));
-    let text = encode_registry(&registry, format)?;
+    let text = super::parts::encode(&registry, format, 64 * 1024)?;
     let (_, samples) = split_families(&text);
     Ok(samples.into_iter().map(Bytes::from).collect())
 }
@@ -212,7 +199,7 @@ fn row_headers(format: Format, exposition: Exposition) -> Result<Vec<Bytes>, std
         rows: BucketRows::default(),
         exposition,
     }));
-    let text = encode_registry(&registry, format)?;
+    let text = super::parts::encode(&registry, format, 64 * 1024)?;
     let (headers, _) = split_families(&text);
     Ok(headers.into_iter().map(Bytes::from).collect())
 }
@@ -307,7 +294,7 @@ impl IndexRender {
             per_class,
             version: shared.version,
         }));
-        let overview = Bytes::from(encode_registry(&registry, self.format)?);
+        let overview = Bytes::from(super::parts::encode(&registry, self.format, 4096)?);
         self.overview_moved = overview != self.overview;
         if self.overview_moved {
             self.overview = overview;

@@ -21,7 +21,11 @@ use super::{Format, LockCollector};
 use crate::shared::Shared;
 
 /// One encoded registry in `format`, without the OpenMetrics `# EOF`.
-fn encode(registry: &Registry, format: Format, capacity: usize) -> Result<String, std::fmt::Error> {
+pub(crate) fn encode(
+    registry: &Registry,
+    format: Format,
+    capacity: usize,
+) -> Result<String, std::fmt::Error> {
     let mut out = String::with_capacity(capacity);
     match format {
         Format::OpenMetrics => {

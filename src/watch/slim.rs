@@ -115,23 +115,11 @@ fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error>
     Ok(Value::deserialize(d)?.as_u64())
 }
 
-/// `T` when the value is a JSON object, else None: a string or a list
-/// where an object belongs is skipped, not an error. Fields inside `T`
-/// are lenient on their own. No `Value` tree is built on the way.
-fn lenient<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
-    struct ObjectOrNothing<T>(PhantomData<T>);
-    impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectOrNothing<T> {
-        type Value = Option<T>;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("an object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-            T::deserialize(MapAccessDeserializer::new(map)).map(Some)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            while seq.next_element::<IgnoredAny>()?.is_some() {}
-            Ok(None)
-        }
+/// The visitor methods of a lenient `Option` decoder for every value that
+/// is not the expected shape: `null` and scalars read as `None`, and
+/// `Some` unwraps to the value itself.
+macro_rules! scalars_read_as_none {
+    () => {
         fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
             d.deserialize_any(self)
         }
@@ -156,6 +144,27 @@ fn lenient<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Optio
         fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
             Ok(None)
         }
+    };
+}
+
+/// `T` when the value is a JSON object, else None: a string or a list
+/// where an object belongs is skipped, not an error. Fields inside `T`
+/// are lenient on their own. No `Value` tree is built on the way.
+fn lenient<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    struct ObjectOrNothing<T>(PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectOrNothing<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            T::deserialize(MapAccessDeserializer::new(map)).map(Some)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        scalars_read_as_none!();
     }
     d.deserialize_any(ObjectOrNothing(PhantomData))
 }
@@ -317,30 +326,7 @@ fn state_readable_only<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Conditi
             while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
             Ok(None)
         }
-        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-            d.deserialize_any(self)
-        }
-        fn visit_none<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-            Ok(None)
-        }
+        scalars_read_as_none!();
     }
     d.deserialize_any(Keep)
 }
