@@ -4,11 +4,18 @@
 #   scripts/bench.sh [sizes...]     default: 1000 10000 100000 (Prometheus 2.42 fed at the largest)
 #   scripts/bench.sh --smoke        1000 objects only, short idle window, no Prometheus: it must
 #                                   complete and print the table; nothing about times is asserted.
+#   scripts/bench.sh --ksm [...]    the exporter beside kube-state-metrics on a real kube-apiserver
+#                                   (runs scripts/bench-ksm.sh with the rest of the arguments).
 #
 # Extra flags for tools/bench/bench.py go after `--`, e.g. `scripts/bench.sh 10000 -- --idle-seconds 60`.
 # Logs and kubeconfigs go to $BENCH_WORKDIR (default: a fresh temporary directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [[ "${1:-}" == --ksm ]]; then
+  shift
+  exec scripts/bench-ksm.sh "$@"
+fi
 
 smoke=0
 sizes=()
@@ -17,7 +24,7 @@ while (($#)); do
   case "$1" in
     --smoke) smoke=1 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) sizes+=("$1") ;;
   esac
   shift
