@@ -22,6 +22,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use futures::FutureExt;
 use tokio::sync::{watch, Notify};
 
 use super::buckets::IndexRender;
@@ -199,7 +200,18 @@ impl ScrapeCache {
         });
         let weak = Arc::downgrade(&cache);
         let wake = cache.wake.clone();
-        tokio::spawn(run(weak, shared, wake));
+        tokio::spawn(async move {
+            // A renderer that died would leave every scrape on its last
+            // body forever: stale data served as fresh. It ends the
+            // process instead, as the supervisor does for its tasks.
+            let ran = std::panic::AssertUnwindSafe(run(weak, shared, wake))
+                .catch_unwind()
+                .await;
+            if ran.is_err() {
+                tracing::error!("the exposition renderer panicked; exiting");
+                std::process::exit(1);
+            }
+        });
         cache
     }
 
