@@ -78,7 +78,7 @@ async fn client(cli: &Cli, link: Arc<ApiLink>) -> Result<kube::Client, StartErro
 async fn run(cli: Cli) -> Result<(), StartError> {
     let (shared, confirm_rx) = Shared::new();
     let grace = cli.verdict_grace;
-    shared.write_unrendered(|ix, _| ix.set_verdict_grace(grace));
+    shared.write(|ix, _| ix.set_verdict_grace(grace));
     let listener = server::bind(cli.listen_address).await?;
     let mut tasks = Supervisor::new();
     let client = match cli.command.clone().unwrap_or(Command::Run) {

@@ -16,7 +16,7 @@ pub async fn run(shared: Arc<Shared>, every: Duration) {
     loop {
         tick.tick().await;
         check_mismatches(&shared);
-        let overdue = shared.write_unrendered(|ix, now| ix.newly_overdue(now));
+        let overdue = shared.write(|ix, now| ix.newly_overdue(now));
         for o in overdue {
             tracing::warn!(
                 namespace = %o.namespace,

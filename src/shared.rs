@@ -1,7 +1,6 @@
 //! The state shared by watchers, the verifier and the HTTP server: the
 //! index behind one lock, watch health, and the queue of pods to read.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
@@ -18,12 +17,11 @@ pub struct Shared {
     /// [`Shared::read`] and [`Shared::update`], which also recover the
     /// index from a poisoned lock the one way.
     index: RwLock<Index>,
-    /// Bumped after every write of the index that changed what `/metrics`
-    /// shows, so that the renderer knows whether its body is still current
-    /// without reading the index.
-    generation: AtomicU64,
-    /// The generation again, for the renderers to wait on.
-    changed: tokio::sync::watch::Sender<u64>,
+    /// The render generation: bumped after every write of the index that
+    /// changed what `/metrics` shows, so that a renderer knows whether its
+    /// body is still current without reading the index, and can wait for
+    /// the next change.
+    generation: tokio::sync::watch::Sender<u64>,
     /// Watch health and self-metrics.
     pub health: Health,
     /// Holder pods to confirm with a live read.
@@ -41,8 +39,7 @@ impl Shared {
         let (confirm_tx, confirm_rx) = mpsc::unbounded_channel();
         let shared = Shared {
             index: RwLock::new(Index::new()),
-            generation: AtomicU64::new(0),
-            changed: tokio::sync::watch::channel(0).0,
+            generation: tokio::sync::watch::channel(0).0,
             health: Health::new(),
             confirm_tx,
             api: Arc::new(ApiLink::new()),
@@ -61,19 +58,11 @@ impl Shared {
     /// A panic while the lock was held leaves the index as it was, half
     /// applied change at worst; the supervisor ends the process on a
     /// panicking task, so carrying on here only serves the last scrapes.
+    /// The exposition is marked out of date only when the index says
+    /// something it shows changed (`Index::take_changed`), so bookkeeping
+    /// writes (which overdue warnings were logged, which old reads to drop)
+    /// cost no render.
     pub fn write<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
-        self.locked(f)
-    }
-
-    /// Runs `f` on the index under the write lock for bookkeeping (which
-    /// overdue warnings were logged, which old read results to drop). The
-    /// same as [`Shared::write`]: either marks the exposition out of date
-    /// only when the index says something it shows changed.
-    pub fn write_unrendered<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
-        self.locked(f)
-    }
-
-    fn locked<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
         let now = SystemTime::now();
         let mut index = match self.index.write() {
             Ok(index) => index,
@@ -84,22 +73,20 @@ impl Shared {
             // Bumped before the lock is released: a reader that sees the
             // old generation takes its snapshot after this write or before
             // it, never from a change it does not know about.
-            let generation = self.generation.fetch_add(1, Ordering::Release) + 1;
-            drop(index);
-            self.changed.send_replace(generation);
+            self.generation.send_modify(|g| *g += 1);
         }
         out
     }
 
     /// A receiver that sees every write changing what `/metrics` shows.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.changed.subscribe()
+        self.generation.subscribe()
     }
 
     /// A number that changes whenever what the index shows changes: equal
     /// generations mean equal index-derived series (ages aside).
     pub fn index_generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        *self.generation.borrow()
     }
 
     /// Runs `f` on the index under the read lock.

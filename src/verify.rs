@@ -162,7 +162,7 @@ pub async fn run(
                 }
             }
             _ = tick.tick() => {
-                let again = shared.write_unrendered(|ix, _| { ix.gc_pod_reads(); ix.pods_to_recheck() });
+                let again = shared.write(|ix, _| { ix.gc_pod_reads(); ix.pods_to_recheck() });
                 let mut q = lock_queue(&queue);
                 for pod in again {
                     q.push(pod);
@@ -178,7 +178,7 @@ pub async fn run(
                 let Some(pod) = lock_queue(&queue).start_next() else { continue };
                 // The ticket is taken before the request goes out: a cache
                 // change from here on makes its answer too old to record.
-                let ticket = shared.write_unrendered(|ix, _| {
+                let ticket = shared.write(|ix, _| {
                     ix.needs_read(&pod).then(|| ix.begin_pod_read(pod.clone()))
                 });
                 let Some(ticket) = ticket else {

@@ -18,6 +18,22 @@ impl Index {
         }
     }
 
+    /// Reclassifies the lock of `key`, or, for an object without a lock
+    /// Lease, compares CAPTF's verdict with "released": either way the
+    /// verdict is reviewed once.
+    pub(super) fn reclassify_lock_or_review(
+        &mut self,
+        key: &LockKey,
+        now: SystemTime,
+        fx: &mut Effects,
+    ) {
+        if self.locks.contains(key) {
+            self.reclassify_lock(key, now, fx);
+        } else {
+            self.review_verdict(key, now);
+        }
+    }
+
     pub(super) fn reclassify_holder(&mut self, pod: &ObjectKey, now: SystemTime, fx: &mut Effects) {
         for key in self.locks.held_by(pod) {
             self.reclassify_lock(&key, now, fx);

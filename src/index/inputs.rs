@@ -134,10 +134,9 @@ impl IndexResource<TfObject> for Index {
             self.overdue.mark_stale();
         }
         let lock = self.policy.apply_object(key, obj);
-        // Own-pod recognition needs the object's full name: reclassify its lock.
-        self.reclassify_lock(&lock, now, &mut fx);
-        // Its status carries CAPTF's verdict, held lock or not.
-        self.review_verdict(&lock, now);
+        // Own-pod recognition needs the object's full name: reclassify its
+        // lock (which also compares CAPTF's verdict in the status with it).
+        self.reclassify_lock_or_review(&lock, now, &mut fx);
         fx
     }
 
@@ -156,8 +155,7 @@ impl IndexResource<TfObject> for Index {
         }
         let lock = self.policy.remove_object(kind, &key);
         self.gc_counter(&ObjectRef::new(&key.namespace, kind.as_str(), &key.name));
-        self.reclassify_lock(&lock, now, &mut fx);
-        self.review_verdict(&lock, now);
+        self.reclassify_lock_or_review(&lock, now, &mut fx);
         fx
     }
 

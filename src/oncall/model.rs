@@ -308,7 +308,7 @@ pub fn captf_report(namespace: &str, view: &CaptfView, ours: OurVerdict<'_>) -> 
             status: c.status.as_str(),
             reason: c.raw_reason.clone(),
             message: c.message.clone(),
-            since: c.since.map(rfc3339),
+            since: c.since.map(super::render::at),
         });
     let active_job = status.is_some_and(|s| s.active_job);
     let (agreement, text) = match status {
@@ -365,14 +365,6 @@ fn silent_text(c: Option<&crate::index::StateReadable>) -> String {
             c.raw_reason
         ),
     }
-}
-
-fn rfc3339(unix: f64) -> String {
-    #[allow(clippy::cast_possible_truncation)]
-    let secs = unix.floor() as i64;
-    chrono::DateTime::<chrono::Utc>::from_timestamp(secs, 0)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_else(|| "?".into())
 }
 
 /// What an own stale lock waiting for an approval means, with the plan to

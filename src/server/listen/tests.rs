@@ -556,7 +556,7 @@ async fn page_renders_over_the_bound_get_503_with_retry_after() {
     let (held_tx, held) = std::sync::mpsc::channel::<()>();
     let shared = h.shared.clone();
     let holder = std::thread::spawn(move || {
-        shared.write_unrendered(|_, _| {
+        shared.write(|_, _| {
             let _ = held_tx.send(());
             let _ = released.recv();
         })
