@@ -156,6 +156,9 @@ pub struct ScrapeCache {
     /// Tests hold the renderer inside a render with this.
     #[cfg(test)]
     gate: tokio::sync::Semaphore,
+    /// How often the renderer has come to the gate (tests wait on it).
+    #[cfg(test)]
+    gate_entries: AtomicU64,
 }
 
 impl std::fmt::Debug for ScrapeCache {
@@ -197,6 +200,8 @@ impl ScrapeCache {
             publications: AtomicU64::new(0),
             #[cfg(test)]
             gate: tokio::sync::Semaphore::new(GATE_PERMITS),
+            #[cfg(test)]
+            gate_entries: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&cache);
         let wake = cache.wake.clone();
@@ -288,7 +293,10 @@ impl ScrapeCache {
                 let shared = self.shared.clone();
                 let update = !index_current;
                 #[cfg(test)]
-                let _held = self.gate.acquire().await;
+                let _held = {
+                    self.gate_entries.fetch_add(1, Ordering::SeqCst);
+                    self.gate.acquire().await
+                };
                 let (render, encoded, compressed) = tokio::task::spawn_blocking(move || {
                     let mut render = render;
                     let encoded = if update {
@@ -575,9 +583,17 @@ mod tests {
             .acquire_many(GATE_PERMITS as u32)
             .await
             .expect("the gate");
+        let entries = cache.gate_entries.load(Ordering::SeqCst);
         object(&shared, "b");
-        // The renderer sees the change and waits in the gate, mid-pass.
-        tokio::time::sleep(DEBOUNCE * 4).await;
+        // The renderer sees the change and comes to the gate, mid-pass.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        while cache.gate_entries.load(Ordering::SeqCst) == entries {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the renderer never came to the gate"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         let renders = cache.renders();
         for encoding in [AcceptEncoding::Identity, AcceptEncoding::Gzip] {
             let now = cache
