@@ -51,6 +51,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the shared procs module
+from procs import free_port, start, stop, stop_all  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -107,48 +110,8 @@ def serve_static(d: Path, port: int) -> None:
 # Processes: started here, stopped here by PID
 # ------------------------------------------------------------------------------------------------
 
-PROCS: list[subprocess.Popen] = []
-
-
-def start(argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    logf = open(log_path, "ab")
-    logf.write(("$ " + " ".join(argv) + "\n").encode())
-    logf.flush()
-    p = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    logf.close()
-    PROCS.append(p)
-    return p
-
-
-def stop(p: subprocess.Popen | None, timeout: float = 15.0) -> None:
-    if p is None:
-        return
-    if p.poll() is None:
-        try:
-            os.kill(p.pid, signal.SIGTERM)
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.kill(p.pid, signal.SIGKILL)
-            p.wait(10)
-        except ProcessLookupError:
-            pass
-    if p in PROCS:
-        PROCS.remove(p)
-
-
-def stop_all() -> None:
-    for p in reversed(list(PROCS)):
-        stop(p)
-
-
 def _on_signal(signum: int, _frame: Any) -> None:
     raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop everything
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Timeout(AssertionError):
@@ -776,7 +739,7 @@ def main() -> int:
                if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
         m0, t0 = mark(cp), time.monotonic()
         p = start([str(exporter_bin), "--kubeconfig", str(exp_kc), "--listen-address", f"127.0.0.1:{port}",
-                   "--log-format", "json", "--log-level", "info"], workdir / "exporter.log", env)
+                   "--log-format", "json", "--log-level", "info"], workdir / "exporter.log", env=env)
 
         def exporter_ready(s: Scraper) -> bool:
             _, status, _, _ = s.get("/readyz", "*/*", "identity")

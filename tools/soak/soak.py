@@ -57,6 +57,9 @@ from pathlib import Path
 
 import aiohttp
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the shared procs module
+from procs import free_port, start, stop, stop_all  # noqa: E402
+
 PROM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 PLAIN = {"Accept": PROM_ACCEPT, "Accept-Encoding": "identity"}
@@ -75,46 +78,9 @@ def out(line: str = "") -> None:
 # Processes: started here, stopped here by PID (also on failure and on SIGINT/SIGTERM)
 # ------------------------------------------------------------------------------------------------
 
-PROCS: list[subprocess.Popen] = []
-
-
-def start(argv: list[str], log_path: Path, **kw) -> subprocess.Popen:
-    logf = open(log_path, "ab")
-    logf.write(("$ " + " ".join(argv) + "\n").encode())
-    logf.flush()
-    p = subprocess.Popen(argv, stdout=logf, stderr=logf, stdin=subprocess.DEVNULL, **kw)
-    PROCS.append(p)
-    return p
-
-
-def stop(p: subprocess.Popen | None, timeout: float = 10.0) -> None:
-    if p is None or p.poll() is not None:
-        return
-    try:
-        os.kill(p.pid, signal.SIGTERM)
-        p.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait(5)
-    except ProcessLookupError:
-        pass
-
-
-def stop_all() -> None:
-    for p in reversed(PROCS):
-        stop(p)
-    PROCS.clear()
-
-
 def _on_signal(signum, _frame):
     stop_all()
     sys.exit(128 + signum)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def wait_for(pred, timeout: float, what: str, interval: float = 0.05):
