@@ -1,14 +1,14 @@
 //! The state shared by watchers, the verifier and the HTTP server: the
 //! index behind one lock, watch health, and the queue of pods to read.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::SystemTime;
 
 use tokio::sync::mpsc;
 
 use crate::client::ApiLink;
 use crate::health::Health;
-use crate::index::{ClassChange, Effects, Index, ObjectKey};
+use crate::index::{Changes, ClassChange, Effects, Index, ObjectKey};
 
 /// State shared by every task of the exporter.
 #[derive(Debug)]
@@ -22,6 +22,9 @@ pub struct Shared {
     /// body is still current without reading the index, and can wait for
     /// the next change.
     generation: tokio::sync::watch::Sender<u64>,
+    /// Where each renderer collects which lock keys changed (one per
+    /// [`Shared::changes`] caller), filled under the index's write lock.
+    sinks: Mutex<Vec<Weak<Mutex<Changes>>>>,
     /// Watch health and self-metrics.
     pub health: Health,
     /// Holder pods to confirm with a live read.
@@ -40,6 +43,7 @@ impl Shared {
         let shared = Shared {
             index: RwLock::new(Index::new()),
             generation: tokio::sync::watch::channel(0).0,
+            sinks: Mutex::new(Vec::new()),
             health: Health::new(),
             confirm_tx,
             api: Arc::new(ApiLink::new()),
@@ -69,13 +73,41 @@ impl Shared {
             Err(poisoned) => poisoned.into_inner(),
         };
         let out = f(&mut index, now);
-        if index.take_changed() {
-            // Bumped before the lock is released: a reader that sees the
-            // old generation takes its snapshot after this write or before
-            // it, never from a change it does not know about.
+        let changes = index.take_changes();
+        if !changes.is_empty() {
+            // Handed on and bumped before the lock is released: a reader
+            // holding the read lock has every change it can see in its
+            // sink, and none it cannot.
+            self.hand_on(&changes);
             self.generation.send_modify(|g| *g += 1);
         }
         out
+    }
+
+    /// A sink that collects every lock key whose series change from now
+    /// on; it starts as "everything" (its owner has drawn nothing yet).
+    pub fn changes(&self) -> Arc<Mutex<Changes>> {
+        let sink = Arc::new(Mutex::new(Changes::everything()));
+        let mut sinks = match self.sinks.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        sinks.retain(|s| s.strong_count() > 0);
+        sinks.push(Arc::downgrade(&sink));
+        sink
+    }
+
+    fn hand_on(&self, changes: &Changes) {
+        let sinks = match self.sinks.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for sink in sinks.iter().filter_map(Weak::upgrade) {
+            match sink.lock() {
+                Ok(mut s) => s.merge(changes),
+                Err(poisoned) => poisoned.into_inner().merge(changes),
+            }
+        }
     }
 
     /// A receiver that sees every write changing what `/metrics` shows.

@@ -100,7 +100,7 @@ impl Index {
         self.schedule_overdue(key, now);
         self.review_verdict(key, now);
         if new_class != old_class {
-            self.mark_changed();
+            self.mark(key);
             if let Some(lock) = self.locks.get(key) {
                 let rec = self.change_record(key, lock, old_class, new_class, now);
                 fx.class_changes.push(rec);
@@ -131,7 +131,7 @@ impl Index {
             }
         });
         if self.verdicts.observe(key, difference, now) {
-            self.mark_changed();
+            self.mark(key);
         }
     }
 
@@ -215,6 +215,20 @@ impl Index {
         let taken = self.owner_of(&claimed).is_some();
         (if taken { "" } else { kind.as_str() }, key.suffix.clone())
     }
+}
+
+/// The key whose owner decides how the Lease of `key` is shown when its
+/// object is unknown ([`Index::display_owner`]'s last branch): None when
+/// its owner labels prove its name, or it names no kind.
+pub(super) fn claimed_by(key: &LockKey, lease: &LockLease) -> Option<LockKey> {
+    if verified_label_owner(key, lease).is_some() {
+        return None;
+    }
+    let kind = lease.owner_kind()?;
+    Some(LockKey::new(
+        &key.namespace,
+        state_suffix(&key.namespace, kind, &key.suffix),
+    ))
 }
 
 /// Kind and name from a Lease's owner labels, only when they reproduce its

@@ -49,6 +49,11 @@ fn lock_of(obj: &ObjectRef) -> Option<LockKey> {
     ))
 }
 
+/// The lock whose counter an Event moves; None for a kind without a lock.
+pub fn lock_of_regarding(ev: &ForceUnlockEvent) -> Option<LockKey> {
+    lock_of(&regarding(ev))
+}
+
 fn regarding(ev: &ForceUnlockEvent) -> ObjectRef {
     ObjectRef::new(&ev.namespace, &ev.kind, &ev.name)
 }
@@ -192,6 +197,20 @@ impl ForceUnlockIndex {
     /// The counter of an object (zero when none was seen).
     pub fn of(&self, obj: &ObjectRef) -> ForceUnlocks {
         self.counters.get(obj).copied().unwrap_or_default()
+    }
+
+    /// The lock whose counter the stored Event `key` moved.
+    pub fn lock_of_event(&self, key: &ObjectKey) -> Option<LockKey> {
+        self.events.get(key).and_then(lock_of_regarding)
+    }
+
+    /// The counters of one lock, by the names their Events give.
+    pub fn of_lock(&self, lock: &LockKey) -> impl Iterator<Item = (&ObjectRef, ForceUnlocks)> {
+        self.by_lock
+            .get(lock)
+            .into_iter()
+            .flatten()
+            .filter_map(|obj| Some((obj, *self.counters.get(obj)?)))
     }
 
     /// Every counter, known object or not.

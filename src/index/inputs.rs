@@ -6,8 +6,9 @@ use std::collections::HashSet;
 use std::time::SystemTime;
 
 use super::{
-    locks, policy, CapiCluster, Effects, ForceUnlockEvent, Index, IndexResource, Lock, LockKey,
-    LockLease, LockState, ObjectKey, ObjectRef, PlanEntry, PodState, TfObject,
+    force_unlocks, locks, policy, CapiCluster, Changes, Effects, ForceUnlockEvent, Index,
+    IndexResource, Lock, LockKey, LockLease, LockState, ObjectKey, ObjectRef, PlanEntry, PodState,
+    TfObject,
 };
 use crate::core::kind::Kind;
 use crate::core::suffix::{state_suffix, suffix_of_lock_lease};
@@ -23,8 +24,9 @@ impl IndexResource<LockLease> for Index {
         };
         let old = self.locks.remove(&lock);
         if old.as_ref().is_none_or(|o| o.lease != lease) {
-            self.mark_changed();
+            self.mark(&lock);
         }
+        self.set_claim(&lock, old.as_ref().map(|o| &o.lease), Some(&lease));
         let old_class = old.as_ref().and_then(|l| l.state.class);
         // Keep the observed start of a lock across updates and relists of
         // the same lock, so an "observed" age does not restart.
@@ -53,7 +55,8 @@ impl IndexResource<LockLease> for Index {
         };
         self.overdue.remove(&lock);
         if let Some(old) = self.locks.remove(&lock) {
-            self.mark_changed();
+            self.mark(&lock);
+            self.set_claim(&lock, Some(&old.lease), None);
             if old.lease.is_held() {
                 let rec = self.change_record(&lock, &old, old.state.class, None, now);
                 fx.class_changes.push(rec);
@@ -128,10 +131,11 @@ impl IndexResource<TfObject> for Index {
             // nothing the exporter keeps moved.
             return fx;
         }
-        self.mark_changed();
+        self.mark(&lock);
         if kind == Kind::TerraformCluster {
             // Its machines' and pools' timeouts may change with it.
             self.overdue.mark_stale();
+            self.changes.mark_all();
         }
         let lock = self.policy.apply_object(key, obj);
         // Own-pod recognition needs the object's full name: reclassify its
@@ -149,9 +153,10 @@ impl IndexResource<TfObject> for Index {
         if self.policy.object(&lock).is_none() {
             return fx;
         }
-        self.mark_changed();
+        self.mark(&lock);
         if kind == Kind::TerraformCluster {
             self.overdue.mark_stale();
+            self.changes.mark_all();
         }
         let lock = self.policy.remove_object(kind, &key);
         self.gc_counter(&ObjectRef::new(&key.namespace, kind.as_str(), &key.name));
@@ -180,15 +185,19 @@ impl IndexResource<PlanEntry> for Index {
     type Scope = Option<String>;
 
     fn apply(&mut self, key: ObjectKey, plan: PlanEntry, _now: SystemTime) -> Effects {
-        if self.plans.apply(key, plan) {
-            self.mark_changed();
+        let before = self.plans.target_of(&key).cloned();
+        if let Some(after) = self.plans.apply(key, plan) {
+            self.mark(&after);
+            if let Some(before) = before {
+                self.mark(&before);
+            }
         }
         Effects::default()
     }
 
     fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
-        if self.plans.remove(&key) {
-            self.mark_changed();
+        if let Some(target) = self.plans.remove(&key) {
+            self.mark(&target);
         }
         Effects::default()
     }
@@ -210,7 +219,8 @@ impl IndexResource<CapiCluster> for Index {
 
     fn apply(&mut self, key: ObjectKey, cluster: CapiCluster, _now: SystemTime) -> Effects {
         if self.policy.apply_capi(key, cluster) {
-            self.mark_changed();
+            // Timeouts and names reach every object of the cluster.
+            self.changes.mark_all();
             self.overdue.mark_stale();
         }
         Effects::default()
@@ -218,7 +228,7 @@ impl IndexResource<CapiCluster> for Index {
 
     fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
         if self.policy.remove_capi(&key) {
-            self.mark_changed();
+            self.changes.mark_all();
             self.overdue.mark_stale();
         }
         Effects::default()
@@ -240,20 +250,27 @@ impl IndexResource<ForceUnlockEvent> for Index {
     type Scope = Option<String>;
 
     fn apply(&mut self, key: ObjectKey, ev: ForceUnlockEvent, now: SystemTime) -> Effects {
+        let before = self.force_unlocks.lock_of_event(&key);
+        let after = force_unlocks::lock_of_regarding(&ev);
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
         let changed = self
             .force_unlocks
             .apply(key, without_future_time(ev, now), &known);
         if changed {
-            self.mark_changed();
+            for lock in before.iter().chain(after.iter()) {
+                self.mark(lock);
+            }
         }
         Effects::default()
     }
 
     fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
+        let before = self.force_unlocks.lock_of_event(&key);
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
         if self.force_unlocks.delete(&key, &known) {
-            self.mark_changed();
+            if let Some(lock) = before {
+                self.mark(&lock);
+            }
         }
         Effects::default()
     }
@@ -270,9 +287,9 @@ impl IndexResource<ForceUnlockEvent> for Index {
             .collect();
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
         self.force_unlocks.reset(scope.as_deref(), items, &known);
-        // A relist of Events is rare; whether it moved a counter is not
+        // A relist of Events is rare; which counters it moved is not
         // worth tracking.
-        self.mark_changed();
+        self.changes.mark_all();
         Effects::default()
     }
 }
@@ -314,18 +331,38 @@ impl Index {
         Self::default()
     }
 
-    /// Whether anything `/metrics` shows changed since the last call: a
-    /// write that changes nothing (a pod write that moves no lock's class,
-    /// an object whose status moved only in fields the exporter does not
-    /// keep, the delete of an Event that was never kept) leaves the
-    /// rendered exposition current.
-    pub fn take_changed(&mut self) -> bool {
-        std::mem::take(&mut self.changed)
+    /// What `/metrics` shows that changed since the last call: a write
+    /// that changes nothing (a pod write that moves no lock's class, an
+    /// object whose status moved only in fields the exporter does not
+    /// keep, the delete of an Event that was never kept) marks nothing and
+    /// leaves the rendered exposition current.
+    pub fn take_changes(&mut self) -> Changes {
+        self.changes.take()
     }
 
-    /// Marks the exposition out of date.
-    pub(super) fn mark_changed(&mut self) {
-        self.changed = true;
+    /// Whether anything `/metrics` shows changed since the last call.
+    pub fn take_changed(&mut self) -> bool {
+        !self.take_changes().is_empty()
+    }
+
+    /// Marks the series of one lock key out of date, and those of a lock
+    /// whose shown name depends on this key.
+    pub(super) fn mark(&mut self, key: &LockKey) {
+        self.changes.mark(key);
+        if let Some(claimant) = self.claims.get(key) {
+            self.changes.mark(claimant);
+        }
+    }
+
+    /// Keeps [`Index::claims`] current for the Lease of `key` going from
+    /// `old` to `new`.
+    fn set_claim(&mut self, key: &LockKey, old: Option<&LockLease>, new: Option<&LockLease>) {
+        if let Some(claimed) = old.and_then(|l| super::classes::claimed_by(key, l)) {
+            self.claims.remove(&claimed);
+        }
+        if let Some(claimed) = new.and_then(|l| super::classes::claimed_by(key, l)) {
+            self.claims.insert(claimed, key.clone());
+        }
     }
 
     /// Deletes `stale` keys that `items` does not list again, then applies

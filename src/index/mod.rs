@@ -16,6 +16,7 @@
 //! and the verifier ask. It does no I/O: it is tested with synthetic
 //! objects and no runtime. Every join is a hash lookup.
 
+mod changes;
 mod classes;
 mod entries;
 pub mod force_unlocks;
@@ -34,6 +35,7 @@ mod views;
 use std::time::SystemTime;
 
 pub use crate::core::verdict::StateReadable;
+pub use changes::{Changes, MAX_MARKED_KEYS};
 pub use entries::{
     cap, unix_seconds, AgeSource, CapiCluster, CaptfStatus, ForceUnlockEvent, ForceUnlocks,
     LockLease, PlanEntry, PodState, TerraformCluster, TfObject, MAX_CONDITION_MESSAGE_BYTES,
@@ -46,7 +48,7 @@ pub use pods::{PodRead, ReadTicket};
 pub use report::LockFilter;
 pub use resource::{Resource, ResourceSpec};
 pub use verdicts::{Disagreement, DEFAULT_VERDICT_GRACE};
-pub use views::{CaptfView, LockView, Mismatch, ObjectView, Overdue};
+pub use views::{CaptfView, KeyView, LockView, Mismatch, ObjectView, Overdue};
 
 use crate::core::classify::HolderClass;
 
@@ -124,8 +126,14 @@ pub struct Index {
     overdue: overdue::OverdueQueue,
     plans: plans::PlanIndex,
     verdicts: verdicts::VerdictIndex,
-    /// Something `/metrics` shows changed since [`Index::take_changed`].
-    changed: bool,
+    /// What `/metrics` shows that changed since [`Index::take_changes`].
+    changes: Changes,
+    /// Locks shown under a name that depends on another key: a Lease
+    /// whose object is unknown and whose owner labels do not prove its
+    /// name is shown with its kind only while no object claims
+    /// (namespace, kind, its suffix); by that claimed key. A change of the
+    /// claimed key marks the claimant too.
+    claims: std::collections::HashMap<LockKey, LockKey>,
 }
 
 #[cfg(test)]

@@ -20,35 +20,39 @@ pub struct PlanIndex {
 }
 
 impl PlanIndex {
-    /// Adds or replaces a plan; returns whether the pending plans of any
-    /// object changed.
-    pub fn apply(&mut self, key: ObjectKey, plan: PlanEntry) -> bool {
+    /// Adds or replaces a plan; returns its target when the pending plans
+    /// of an object changed (the previous target's too, when it had one:
+    /// see [`PlanIndex::target_of`]).
+    pub fn apply(&mut self, key: ObjectKey, plan: PlanEntry) -> Option<LockKey> {
         let target = LockKey::new(
             &key.namespace,
             state_suffix(&key.namespace, plan.target_kind, &plan.target_name),
         );
         let kept = (target.clone(), plan.pending);
         if self.plans.get(&key) == Some(&kept) {
-            return false;
+            return None;
         }
-        let was_pending = self.remove(&key);
+        let was_pending = self.remove(&key).is_some();
         if plan.pending {
             self.pending
-                .entry(target)
+                .entry(target.clone())
                 .or_default()
                 .insert(key.name.clone());
         }
         self.plans.insert(key, kept);
-        was_pending || plan.pending
+        (was_pending || plan.pending).then_some(target)
     }
 
-    /// Forgets a plan; returns whether it was pending.
-    pub fn remove(&mut self, key: &ObjectKey) -> bool {
-        let Some((target, pending)) = self.plans.remove(key) else {
-            return false;
-        };
+    /// The object a plan is for.
+    pub fn target_of(&self, key: &ObjectKey) -> Option<&LockKey> {
+        self.plans.get(key).map(|(target, _)| target)
+    }
+
+    /// Forgets a plan; returns its target when it was pending.
+    pub fn remove(&mut self, key: &ObjectKey) -> Option<LockKey> {
+        let (target, pending) = self.plans.remove(key)?;
         if !pending {
-            return false;
+            return None;
         }
         if let Some(names) = self.pending.get_mut(&target) {
             names.remove(&key.name);
@@ -56,7 +60,7 @@ impl PlanIndex {
                 self.pending.remove(&target);
             }
         }
-        true
+        Some(target)
     }
 
     /// Plan keys in a namespace (None: all).
@@ -104,16 +108,22 @@ mod tests {
         let mut ix = PlanIndex::default();
         let key = ObjectKey::new("ns", "web-plan-1");
         let target = LockKey::new("ns", state_suffix("ns", Kind::TerraformCluster, "web"));
-        assert!(ix.apply(key.clone(), plan("web", true)));
+        assert_eq!(
+            ix.apply(key.clone(), plan("web", true)),
+            Some(target.clone())
+        );
         assert!(
-            !ix.apply(key.clone(), plan("web", true)),
+            ix.apply(key.clone(), plan("web", true)).is_none(),
             "the same again changes nothing"
         );
         assert_eq!(ix.pending_for(&target).collect::<Vec<_>>(), ["web-plan-1"]);
         // Approved: no longer waits.
-        assert!(ix.apply(key.clone(), plan("web", false)));
+        assert_eq!(
+            ix.apply(key.clone(), plan("web", false)),
+            Some(target.clone())
+        );
         assert_eq!(ix.pending_for(&target).count(), 0);
-        assert!(!ix.remove(&key), "not pending: nothing to redraw");
+        assert!(ix.remove(&key).is_none(), "not pending: nothing to redraw");
         assert!(ix.is_empty());
     }
 

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use super::{
-    AgeSource, CaptfStatus, Disagreement, ForceUnlocks, Index, LockKey, LockLease, LockState,
+    AgeSource, CaptfStatus, Disagreement, ForceUnlocks, Index, Lock, LockKey, LockLease, LockState,
     ObjectRef, TfObject,
 };
 use crate::core::classify::{is_overdue, HolderClass};
@@ -43,19 +43,38 @@ impl Index {
     /// Calls `f` for every lock Lease with its display kind and name.
     pub fn for_each_lock(&self, mut f: impl FnMut(LockView<'_>)) {
         for (key, lock) in self.locks.iter() {
-            let (kind, name) = self.display_owner(key, &lock.lease);
-            let effective = self.effective_of_lock(key, &lock.lease);
-            f(LockView {
-                namespace: &key.namespace,
-                kind,
-                name: &name,
-                lease: &lock.lease,
-                state: &lock.state,
-                effective,
-                captf: self.policy.object(key).map(|o| &o.captf),
-                mismatch: self.verdicts.flagged(key),
-                pending_plans: self.plans.pending_for(key).collect(),
-            });
+            self.with_lock_view(key, lock, &mut f);
+        }
+    }
+
+    fn with_lock_view<T>(
+        &self,
+        key: &LockKey,
+        lock: &Lock,
+        f: impl FnOnce(LockView<'_>) -> T,
+    ) -> T {
+        let (kind, name) = self.display_owner(key, &lock.lease);
+        let effective = self.effective_of_lock(key, &lock.lease);
+        f(LockView {
+            namespace: &key.namespace,
+            kind,
+            name: &name,
+            lease: &lock.lease,
+            state: &lock.state,
+            effective,
+            captf: self.policy.object(key).map(|o| &o.captf),
+            mismatch: self.verdicts.flagged(key),
+            pending_plans: self.plans.pending_for(key).collect(),
+        })
+    }
+
+    fn object_view<'a>(&'a self, key: &'a LockKey, obj: &'a TfObject) -> ObjectView<'a> {
+        ObjectView {
+            namespace: &key.namespace,
+            object: obj,
+            effective: self.effective_for(&key.namespace, obj),
+            mismatch: self.verdicts.flagged(key),
+            pending_plans: self.plans.pending_for(key).collect(),
         }
     }
 
@@ -63,15 +82,41 @@ impl Index {
     pub fn for_each_unlocked_object(&self, mut f: impl FnMut(ObjectView<'_>)) {
         for (key, obj) in self.policy.objects() {
             if !self.locks.contains(key) {
-                f(ObjectView {
-                    namespace: &key.namespace,
-                    object: obj,
-                    effective: self.effective_for(&key.namespace, obj),
-                    mismatch: self.verdicts.flagged(key),
-                    pending_plans: self.plans.pending_for(key).collect(),
-                });
+                f(self.object_view(key, obj));
             }
         }
+    }
+
+    /// Calls `f` for every lock key that has series: every lock Lease and
+    /// every known object (a counter shows only beside one of them).
+    pub fn for_each_shown_key(&self, mut f: impl FnMut(&LockKey)) {
+        for (key, _) in self.locks.iter() {
+            f(key);
+        }
+        for (key, _) in self.policy.objects() {
+            if !self.locks.contains(key) {
+                f(key);
+            }
+        }
+    }
+
+    /// The series of one lock key: `f` gets its lock Lease, else its
+    /// object without a Lease; None when the key has no series.
+    pub fn with_view_of<T>(&self, key: &LockKey, f: impl FnOnce(KeyView<'_>) -> T) -> Option<T> {
+        if let Some(lock) = self.locks.get(key) {
+            return Some(self.with_lock_view(key, lock, |v| f(KeyView::Lock(v))));
+        }
+        let obj = self.policy.object(key)?;
+        Some(f(KeyView::Object(self.object_view(key, obj))))
+    }
+
+    /// The force-unlock counters kept for one lock key, under the names
+    /// their Events give (a shown key's counters are all shown).
+    pub fn force_unlocks_of_lock(
+        &self,
+        key: &LockKey,
+    ) -> impl Iterator<Item = (&ObjectRef, ForceUnlocks)> {
+        self.force_unlocks.of_lock(key)
     }
 
     /// Sets `--verdict-grace`: how long CAPTF's verdict may disagree with
@@ -90,8 +135,8 @@ impl Index {
     /// the last call (`verdict_mismatch` turns 1); each is returned once.
     pub fn newly_mismatched(&mut self, now: SystemTime) -> Vec<Mismatch> {
         let flagged = self.verdicts.flag_due(now);
-        if !flagged.is_empty() {
-            self.mark_changed();
+        for (key, _) in &flagged {
+            self.mark(key);
         }
         flagged
             .into_iter()
@@ -186,10 +231,8 @@ impl Index {
             if let Some(l) = self.locks.get_mut(&key) {
                 l.state.overdue_logged = true;
             }
-        }
-        if !found.is_empty() {
             // captf_state_lock_overdue turned 1 with the clock alone.
-            self.mark_changed();
+            self.mark(&key);
         }
         found
     }
@@ -258,6 +301,15 @@ pub struct CaptfView {
     pub disagreement: Option<Disagreement>,
     /// Pending TerraformPlans of the object.
     pub pending_plans: Vec<String>,
+}
+
+/// The series of one lock key, as `/metrics` renders them.
+#[derive(Debug)]
+pub enum KeyView<'a> {
+    /// A lock Lease (and its object, when known).
+    Lock(LockView<'a>),
+    /// A known object without a lock Lease.
+    Object(ObjectView<'a>),
 }
 
 /// A known object without a lock Lease, as `/metrics` renders it.

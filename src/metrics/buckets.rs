@@ -4,22 +4,24 @@
 //! the same reason).
 //!
 //! Every row (a held lock, a known object, a force-unlock counter) belongs
-//! to one of [`BUCKETS`] buckets by a fixed hash of its (namespace, kind,
-//! name) labels. Per bucket the renderer keeps a fingerprint of its rows
-//! and, per metric family, the sample lines it encoded for them. After an
-//! index change it copies the rows out of the index (one short read
-//! lock), fingerprints them per bucket, and encodes again only the buckets
-//! whose fingerprint moved. A body is, per family, its HELP/TYPE lines and
-//! then every bucket's lines of that family in bucket order, then the
-//! overview families: chunks of shared bytes, no copy. The encoder is
-//! prometheus-client's, so each line is what a whole render would write.
+//! to one of [`BUCKETS`] buckets by a fixed hash of its lock key
+//! (namespace, state suffix), which a lock, its object and the object's
+//! counters share. The index marks the keys whose series a write moved
+//! ([`crate::index::Changes`]); the renderer keeps the keys of each bucket
+//! and, per metric family, the sample lines it encoded for them, and after
+//! a change copies out and encodes only the buckets of the marked keys,
+//! each under its own short read lock. A body is, per family, its
+//! HELP/TYPE lines and then every bucket's lines of that family in bucket
+//! order (within a bucket, label order), then the overview families:
+//! chunks of shared bytes, no copy. The encoder is prometheus-client's, so
+//! each line is what a whole render would write (a test renders random
+//! change sequences both ways and compares).
 //!
 //! gzip: each (bucket, family) block is compressed on its own as a part of
 //! one DEFLATE stream ([`super::gzip_parts`]), so a change recompresses one
 //! bucket too.
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -29,9 +31,10 @@ use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::registry::Registry;
 
 use super::gzip_parts;
-use super::snapshot::{FuRow, LockRow, ObjectRow, Snapshot};
+use super::snapshot::Rows;
 use super::{families, Exposition, Format};
 use crate::core::classify::HolderClass;
+use crate::index::{Changes, LockKey};
 use crate::shared::Shared;
 
 /// Buckets of the index part. More make a change cheaper and the gzip
@@ -41,105 +44,19 @@ use crate::shared::Shared;
 /// change cost a sixteenth of a whole render.
 pub(crate) const BUCKETS: usize = 16;
 
-/// The bucket of a row's (namespace, kind, name): FNV-1a, fixed across
-/// runs and versions, so the body's order is too.
-fn bucket_of(ns: &str, kind: &str, name: &str) -> usize {
+/// The bucket of a lock key (namespace, state suffix): FNV-1a, fixed
+/// across runs and versions, so the body's order is too. A lock, its
+/// object and the object's counters share the key, so one change of them
+/// touches one bucket.
+fn bucket_of(key: &LockKey) -> usize {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in [ns, kind, name] {
+    for part in [key.namespace.as_str(), key.suffix.as_str()] {
         for b in part.bytes().chain(std::iter::once(0)) {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
     }
     (h % BUCKETS as u64) as usize
-}
-
-fn hash_f64(h: &mut DefaultHasher, x: f64) {
-    x.to_bits().hash(h);
-}
-
-impl LockRow {
-    /// The age moves with the clock: it counts only when it is exported.
-    fn fingerprint(&self, h: &mut DefaultHasher, with_age: bool) {
-        (&self.ns, self.kind, &self.name, self.class.as_str()).hash(h);
-        (&self.operation, &self.holder, &self.lock_id, &self.version).hash(h);
-        (
-            self.age_source,
-            self.overdue,
-            self.created.map(f64::to_bits),
-        )
-            .hash(h);
-        hash_f64(h, self.base);
-        if with_age {
-            hash_f64(h, self.age);
-        }
-    }
-}
-
-impl ObjectRow {
-    fn fingerprint(&self, h: &mut DefaultHasher) {
-        (
-            &self.ns,
-            self.kind,
-            &self.name,
-            self.held,
-            self.timeout,
-            self.deadline,
-        )
-            .hash(h);
-        (self.condition, self.job_active, self.mismatch, &self.plans).hash(h);
-    }
-}
-
-impl FuRow {
-    fn fingerprint(&self, h: &mut DefaultHasher) {
-        (&self.ns, &self.kind, &self.name, self.fu.total).hash(h);
-        self.fu.last_seen.map(f64::to_bits).hash(h);
-    }
-}
-
-/// The rows of one bucket, in the snapshot's order.
-#[derive(Debug, Default)]
-struct BucketRows {
-    locks: Vec<LockRow>,
-    objects: Vec<ObjectRow>,
-    force_unlocks: Vec<FuRow>,
-}
-
-impl BucketRows {
-    fn fingerprint(&self, with_age: bool) -> u64 {
-        let mut h = DefaultHasher::new();
-        self.locks.len().hash(&mut h);
-        for r in &self.locks {
-            r.fingerprint(&mut h, with_age);
-        }
-        self.objects.len().hash(&mut h);
-        for r in &self.objects {
-            r.fingerprint(&mut h);
-        }
-        self.force_unlocks.len().hash(&mut h);
-        for r in &self.force_unlocks {
-            r.fingerprint(&mut h);
-        }
-        h.finish()
-    }
-}
-
-/// Splits a snapshot into its buckets and its overview.
-fn partition(snap: Snapshot) -> (Vec<BucketRows>, [(HolderClass, u64); 5]) {
-    let mut buckets: Vec<BucketRows> = (0..BUCKETS).map(|_| BucketRows::default()).collect();
-    for r in snap.locks {
-        buckets[bucket_of(&r.ns, r.kind, &r.name)].locks.push(r);
-    }
-    for r in snap.objects {
-        buckets[bucket_of(&r.ns, r.kind, &r.name)].objects.push(r);
-    }
-    for r in snap.force_unlocks {
-        buckets[bucket_of(&r.ns, &r.kind, &r.name)]
-            .force_unlocks
-            .push(r);
-    }
-    (buckets, snap.per_class)
 }
 
 /// Encodes the overview families.
@@ -155,59 +72,63 @@ impl Collector for OverviewCollector {
     }
 }
 
-/// Per family (in encoding order): its header lines and its sample lines.
-/// Every family starts with its `# HELP` line, rows or not.
-fn split_families(text: &str) -> (Vec<String>, Vec<String>) {
-    let mut headers: Vec<String> = Vec::new();
-    let mut samples: Vec<String> = Vec::new();
+/// Per family (in encoding order): the byte ranges of its header lines
+/// and of its sample lines in `text`. Every family starts with its
+/// `# HELP` line, rows or not.
+fn split_families(text: &str) -> Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+    let mut out: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> = Vec::new();
+    let mut at = 0;
     for line in text.split_inclusive('\n') {
+        let end = at + line.len();
         if line.starts_with("# HELP ") {
-            headers.push(String::new());
-            samples.push(String::new());
+            out.push((at..end, end..end));
+        } else if let Some((header, samples)) = out.last_mut() {
+            if line.starts_with('#') && samples.start == samples.end {
+                header.end = end;
+                *samples = end..end;
+            } else {
+                samples.end = end;
+            }
         }
-        match (
-            line.starts_with('#'),
-            headers.last_mut(),
-            samples.last_mut(),
-        ) {
-            (true, Some(h), _) => h.push_str(line),
-            (false, _, Some(s)) => s.push_str(line),
-            // Nothing comes before the first HELP line.
-            _ => {}
-        }
+        // Nothing comes before the first HELP line.
+        at = end;
     }
-    (headers, samples)
+    out
 }
 
-/// Encodes rows: per family, the sample lines (no header lines).
+/// Encodes rows: per family, the sample lines (no header lines), slices
+/// of one buffer.
 fn encode_rows(
-    rows: BucketRows,
+    rows: Rows,
     format: Format,
     exposition: Exposition,
 ) -> Result<Vec<Bytes>, std::fmt::Error> {
+    let capacity = 256 * (rows.objects.len() + rows.locks.len() + rows.force_unlocks.len()) + 4096;
     let mut registry = Registry::default();
     registry.register_collector(Box::new(RowsCollector { rows, exposition }));
-    let text = super::parts::encode(&registry, format, 64 * 1024)?;
-    let (_, samples) = split_families(&text);
-    Ok(samples.into_iter().map(Bytes::from).collect())
+    let text = super::parts::encode(&registry, format, capacity)?;
+    let ranges = split_families(&text);
+    let text = Bytes::from(text);
+    Ok(ranges.into_iter().map(|(_, s)| text.slice(s)).collect())
 }
 
 /// The header lines of every per-row family, in order.
 fn row_headers(format: Format, exposition: Exposition) -> Result<Vec<Bytes>, std::fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(RowsCollector {
-        rows: BucketRows::default(),
+        rows: Rows::default(),
         exposition,
     }));
     let text = super::parts::encode(&registry, format, 64 * 1024)?;
-    let (headers, _) = split_families(&text);
-    Ok(headers.into_iter().map(Bytes::from).collect())
+    let ranges = split_families(&text);
+    let text = Bytes::from(text);
+    Ok(ranges.into_iter().map(|(h, _)| text.slice(h)).collect())
 }
 
 /// Encodes the per-row families of one bucket's rows.
 #[derive(Debug)]
 struct RowsCollector {
-    rows: BucketRows,
+    rows: Rows,
     exposition: Exposition,
 }
 
@@ -219,10 +140,16 @@ impl Collector for RowsCollector {
     }
 }
 
-/// One bucket as rendered: its fingerprint, its lines per family, and
+/// One bucket as rendered: the lock keys in it, its lines per family, and
 /// those compressed once a gzip body was asked for.
+#[derive(Default)]
 struct Bucket {
-    fingerprint: Option<u64>,
+    /// Every key of this bucket that had series at its last render, and
+    /// the marked keys since (whether they still have any is found when
+    /// the bucket is rendered).
+    keys: HashSet<LockKey>,
+    /// Marked since its last render.
+    dirty: bool,
     lines: Vec<Bytes>,
     gz: Option<Vec<gzip_parts::Part>>,
 }
@@ -238,6 +165,9 @@ pub(crate) struct IndexRender {
     overview_gz: Option<gzip_parts::Part>,
     /// The last update changed the overview.
     overview_moved: bool,
+    /// Changes noted and not rendered yet (everything before the first
+    /// update).
+    pending: Changes,
 }
 
 impl IndexRender {
@@ -251,44 +181,75 @@ impl IndexRender {
             exposition,
             headers: row_headers(format, exposition)?,
             headers_gz: None,
-            buckets: (0..BUCKETS)
-                .map(|_| Bucket {
-                    fingerprint: None,
-                    lines: Vec::new(),
-                    gz: None,
-                })
-                .collect(),
+            buckets: (0..BUCKETS).map(|_| Bucket::default()).collect(),
             overview: Bytes::new(),
             overview_gz: None,
             overview_moved: false,
+            pending: Changes::everything(),
         })
     }
 
-    /// Brings the render up to the index at `now`; returns how many
-    /// buckets were encoded again.
+    /// Notes which lock keys changed (from [`Shared::changes`]); the next
+    /// [`IndexRender::update`] renders their buckets.
+    pub(crate) fn note(&mut self, changes: &Changes) {
+        self.pending.merge(changes);
+    }
+
+    /// Whether changes wait for an update.
+    pub(crate) fn is_current(&self) -> bool {
+        self.pending.is_empty() && !self.exposition.lock_age
+    }
+
+    /// Brings the buckets of the noted changes up to the index at `now`;
+    /// returns how many buckets were encoded again. Each bucket's rows are
+    /// copied under its own short read lock: a writer waits for one
+    /// bucket, never for the fleet.
     pub(crate) fn update(
         &mut self,
         shared: &Arc<Shared>,
         now: SystemTime,
     ) -> Result<usize, std::fmt::Error> {
-        let snap = super::snapshot::take(shared, now);
-        let (rows, per_class) = partition(snap);
-        let mut encoded = 0;
-        for (bucket, rows) in self.buckets.iter_mut().zip(rows) {
-            let fp = rows.fingerprint(self.exposition.lock_age);
-            if bucket.fingerprint == Some(fp) {
-                continue;
+        let changes = self.pending.take();
+        // Ages move with the clock: with them on, every bucket is redrawn.
+        if changes.all() || self.exposition.lock_age {
+            let mut keys: Vec<HashSet<LockKey>> = (0..BUCKETS).map(|_| HashSet::new()).collect();
+            shared.read(|ix| {
+                ix.for_each_shown_key(|k| {
+                    keys[bucket_of(k)].insert(k.clone());
+                });
+            });
+            for (bucket, keys) in self.buckets.iter_mut().zip(keys) {
+                bucket.keys = keys;
+                bucket.dirty = true;
             }
-            bucket.lines = encode_rows(rows, self.format, self.exposition)?;
-            if bucket.lines.len() != self.headers.len() {
+        } else {
+            for key in changes.keys() {
+                let bucket = &mut self.buckets[bucket_of(key)];
+                bucket.keys.insert(key.clone());
+                bucket.dirty = true;
+            }
+        }
+        let mut encoded = 0;
+        for bucket in self.buckets.iter_mut().filter(|b| b.dirty) {
+            bucket.dirty = false;
+            let mut rows = Rows::default();
+            shared.read(|ix| {
+                bucket.keys.retain(|k| rows.push_key(ix, k, now));
+            });
+            rows.sort();
+            let lines = encode_rows(rows, self.format, self.exposition)?;
+            if lines.len() != self.headers.len() {
                 // Every family writes its HELP line: anything else would
                 // put lines under another family's header.
                 return Err(std::fmt::Error);
             }
-            bucket.fingerprint = Some(fp);
-            bucket.gz = None;
-            encoded += 1;
+            if lines != bucket.lines {
+                bucket.lines = lines;
+                bucket.gz = None;
+                encoded += 1;
+            }
         }
+        let per_class: [(HolderClass, u64); 5] = shared.read(|ix| ix.held_per_class());
         let mut registry = Registry::default();
         registry.register_collector(Box::new(OverviewCollector {
             per_class,
@@ -385,27 +346,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_bucket_of_a_name_is_fixed_and_spread() {
-        assert_eq!(
-            bucket_of("ns", "TerraformMachine", "web"),
-            bucket_of("ns", "TerraformMachine", "web")
-        );
+    fn the_bucket_of_a_key_is_fixed_and_spread() {
+        let key = |ns: &str, suffix: &str| LockKey::new(ns, suffix);
+        assert_eq!(bucket_of(&key("ns", "a-m")), bucket_of(&key("ns", "a-m")));
         let mut seen = std::collections::HashSet::new();
         for i in 0..1000 {
-            seen.insert(bucket_of("ns", "TerraformMachine", &format!("m-{i}")));
+            seen.insert(bucket_of(&key("ns", &format!("{i:016x}-m"))));
         }
-        assert_eq!(seen.len(), BUCKETS, "1000 names reach every bucket");
+        assert_eq!(seen.len(), BUCKETS, "1000 keys reach every bucket");
         // The separator keeps ("ab", "c") and ("a", "bc") apart.
-        assert_ne!(
-            bucket_of("ab", "c", "x") * BUCKETS + bucket_of("a", "bc", "x"),
-            bucket_of("ab", "c", "x") * (BUCKETS + 1)
-        );
+        let spread: std::collections::HashSet<_> = (0..64)
+            .map(|i| {
+                let ns = format!("n{i}");
+                (
+                    bucket_of(&key(&format!("{ns}a"), "b")),
+                    bucket_of(&key(&ns, "ab")),
+                )
+            })
+            .collect();
+        assert!(spread.iter().any(|(a, b)| a != b));
     }
 
     #[test]
     fn families_split_at_their_help_lines() {
         let text = "# HELP a x\n# TYPE a gauge\na 1\na{b=\"#\"} 2\n# HELP c y\n# TYPE c counter\n# HELP d z\n# TYPE d gauge\nd 3\n";
-        let (h, s) = split_families(text);
+        let parts = split_families(text);
+        let h: Vec<&str> = parts.iter().map(|(h, _)| &text[h.clone()]).collect();
+        let s: Vec<&str> = parts.iter().map(|(_, s)| &text[s.clone()]).collect();
         assert_eq!(
             h,
             [

@@ -18,7 +18,7 @@
 //! when a health value moved.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -29,6 +29,7 @@ use super::buckets::IndexRender;
 use super::gzip_parts;
 use super::parts::render_health;
 use super::{Exposition, Format};
+use crate::index::Changes;
 use crate::shared::Shared;
 
 /// How long the renderer lets a burst of index changes settle before it
@@ -142,6 +143,8 @@ const GATE_PERMITS: usize = 1 << 20;
 /// The newest published body of every pair, and which pairs are wanted.
 pub struct ScrapeCache {
     shared: Arc<Shared>,
+    /// Which lock keys changed since the last pass.
+    changes: Arc<Mutex<Changes>>,
     exposition: Exposition,
     /// The newest complete body per pair (None before its first render).
     published: [watch::Sender<Option<Body>>; 4],
@@ -173,8 +176,8 @@ impl std::fmt::Debug for ScrapeCache {
 /// What the renderer keeps of one format between passes.
 #[derive(Default)]
 struct FormatState {
-    /// The index part, bucket by bucket, and the generation it shows.
-    index: Option<(u64, IndexRender)>,
+    /// The index part, bucket by bucket.
+    index: Option<IndexRender>,
     /// The last health part rendered.
     health: Option<Bytes>,
 }
@@ -189,6 +192,7 @@ impl ScrapeCache {
     /// A cache that also renders the optional families of `exposition`.
     pub fn with_exposition(shared: Arc<Shared>, exposition: Exposition) -> Arc<ScrapeCache> {
         let cache = Arc::new(ScrapeCache {
+            changes: shared.changes(),
             shared: shared.clone(),
             exposition,
             published: std::array::from_fn(|_| watch::channel(None).0),
@@ -266,6 +270,17 @@ impl ScrapeCache {
     /// One pass: every wanted pair brought up to date and published when
     /// its bytes changed.
     async fn pass(self: &Arc<Self>, state: &mut [FormatState; 2]) -> Result<(), ScrapeError> {
+        // Every render kept learns what changed, wanted this pass or not.
+        let changes = match self.changes.lock() {
+            Ok(mut c) => c.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        for st in state.iter_mut() {
+            if let Some(render) = st.index.as_mut() {
+                render.note(&changes);
+            }
+        }
+        drop(changes);
         for (fi, format) in [Format::OpenMetrics, Format::Prometheus]
             .into_iter()
             .enumerate()
@@ -278,15 +293,12 @@ impl ScrapeCache {
                 continue;
             }
             let st = &mut state[fi];
-            let generation = self.shared.index_generation();
-            // Ages move with the clock: with them on, every pass updates.
-            let index_current = !self.exposition.lock_age
-                && st.index.as_ref().is_some_and(|(g, _)| *g == generation);
-            let needs_gz = want_gzip && st.index.as_ref().is_some_and(|(_, r)| !r.compressed());
+            let index_current = st.index.as_ref().is_some_and(IndexRender::is_current);
+            let needs_gz = want_gzip && st.index.as_ref().is_some_and(|r| !r.compressed());
             let mut moved = false;
-            if !index_current || needs_gz || st.index.is_none() {
+            if !index_current || needs_gz {
                 let render = match st.index.take() {
-                    Some((_, r)) => r,
+                    Some(r) => r,
                     None => IndexRender::new(format, self.exposition)
                         .map_err(|_| ScrapeError::Encode)?,
                 };
@@ -324,9 +336,9 @@ impl ScrapeCache {
                     self.compressions.fetch_add(1, Ordering::Relaxed);
                 }
                 moved = encoded > 0 || compressed > 0 || update && render.overview_moved();
-                st.index = Some((generation, render));
+                st.index = Some(render);
             }
-            let Some((_, render)) = st.index.as_ref() else {
+            let Some(render) = st.index.as_ref() else {
                 return Err(ScrapeError::Task);
             };
             let health =

@@ -21,6 +21,9 @@ mod gzip_parts;
 mod parts;
 mod snapshot;
 
+#[cfg(test)]
+mod incremental_tests;
+
 pub use cache::{AcceptEncoding, Body, ScrapeCache, ScrapeError, DEBOUNCE, HEALTH_EVERY};
 
 use std::sync::Arc;

@@ -1,11 +1,10 @@
-//! The data a scrape renders, copied out of the index under one short read
-//! lock so that encoding never holds it.
+//! The data a render encodes, copied out of the index key by key under a
+//! short read lock so that encoding never holds it.
 
-use std::collections::HashSet;
 use std::time::SystemTime;
 
 use crate::core::classify::{is_overdue, HolderClass};
-use crate::index::{CaptfStatus, ForceUnlocks};
+use crate::index::{CaptfStatus, ForceUnlocks, Index, KeyView, LockKey, LockView, ObjectView};
 
 /// One held lock, as rendered.
 #[derive(Debug)]
@@ -35,12 +34,13 @@ pub(super) struct FuRow {
     pub(super) fu: ForceUnlocks,
 }
 
-/// What one scrape renders, copied out of the index.
-pub(super) struct Snapshot {
+/// The rows of some lock keys (one bucket of the exposition), copied out
+/// of the index so that encoding never holds its lock.
+#[derive(Debug, Default)]
+pub(super) struct Rows {
     pub(super) locks: Vec<LockRow>,
     pub(super) objects: Vec<ObjectRow>,
     pub(super) force_unlocks: Vec<FuRow>,
-    pub(super) per_class: [(HolderClass, u64); 5],
 }
 
 /// One object, as rendered.
@@ -67,34 +67,70 @@ fn condition_labels(captf: Option<&CaptfStatus>) -> Option<(&'static str, &'stat
     Some((c.status.as_str(), c.reason.as_str()))
 }
 
-/// Copies what a render needs out of the index under one short read lock.
-pub(super) fn take(shared: &crate::shared::Shared, now: SystemTime) -> Snapshot {
-    shared.read(|ix| snapshot_of(ix, now))
-}
+impl Rows {
+    /// Adds the rows of `key`; false when it has no series.
+    pub(super) fn push_key(&mut self, ix: &Index, key: &LockKey, now: SystemTime) -> bool {
+        let display = ix.with_view_of(key, |view| match view {
+            KeyView::Lock(v) => self.push_lock(&v, now),
+            KeyView::Object(v) => self.push_object(&v),
+        });
+        let Some((ns, kind, name)) = display else {
+            return false;
+        };
+        // Every object shows its counter (0 before any force-unlock), and
+        // a counter kept under another name of the same lock beside it.
+        let fu = ix.force_unlocks_of(&ns, kind, &name);
+        for (obj, fu) in ix.force_unlocks_of_lock(key) {
+            if (obj.namespace.as_str(), obj.kind.as_str(), obj.name.as_str())
+                != (ns.as_str(), kind, name.as_str())
+            {
+                self.force_unlocks.push(FuRow {
+                    ns: obj.namespace.clone(),
+                    kind: obj.kind.clone(),
+                    name: obj.name.clone(),
+                    fu,
+                });
+            }
+        }
+        self.force_unlocks.push(FuRow {
+            ns,
+            kind: kind.to_string(),
+            name,
+            fu,
+        });
+        true
+    }
 
-fn snapshot_of(ix: &crate::index::Index, now: SystemTime) -> Snapshot {
-    {
-        let mut locks = Vec::new();
-        let mut objects = Vec::new();
-        ix.for_each_lock(|v| {
-            let held = v.lease.is_held();
-            objects.push(ObjectRow {
-                ns: v.namespace.to_string(),
-                kind: v.kind,
-                name: v.name.to_string(),
-                held,
-                timeout: v.effective.lock_timeout_seconds,
-                deadline: v.effective.active_deadline_seconds,
-                condition: condition_labels(v.captf),
-                job_active: v.captf.is_some_and(|c| c.active_job),
-                mismatch: v.mismatch,
-                plans: v.pending_plans.iter().map(|p| p.to_string()).collect(),
-            });
-            let (Some(class), Some((age, source))) = (v.state.class, v.age(now)) else {
-                return;
-            };
+    /// Puts the rows in label order: stable output helps diffing and
+    /// humans, and cheap next to I/O.
+    pub(super) fn sort(&mut self) {
+        self.force_unlocks
+            .sort_by(|a, b| (&a.ns, &a.kind, &a.name).cmp(&(&b.ns, &b.kind, &b.name)));
+        self.locks
+            .sort_by(|a, b| (&a.ns, a.kind, &a.name).cmp(&(&b.ns, b.kind, &b.name)));
+        self.objects
+            .sort_by(|a, b| (&a.ns, a.kind, &a.name).cmp(&(&b.ns, b.kind, &b.name)));
+    }
+
+    /// The object row of a lock, and its lock row when held; returns the
+    /// labels it is shown under.
+    fn push_lock(&mut self, v: &LockView<'_>, now: SystemTime) -> (String, &'static str, String) {
+        let held = v.lease.is_held();
+        self.objects.push(ObjectRow {
+            ns: v.namespace.to_string(),
+            kind: v.kind,
+            name: v.name.to_string(),
+            held,
+            timeout: v.effective.lock_timeout_seconds,
+            deadline: v.effective.active_deadline_seconds,
+            condition: condition_labels(v.captf),
+            job_active: v.captf.is_some_and(|c| c.active_job),
+            mismatch: v.mismatch,
+            plans: v.pending_plans.iter().map(|p| p.to_string()).collect(),
+        });
+        if let (Some(class), Some((age, source))) = (v.state.class, v.age(now)) {
             let info = v.lease.info.as_ref();
-            locks.push(LockRow {
+            self.locks.push(LockRow {
                 ns: v.namespace.to_string(),
                 kind: v.kind,
                 name: v.name.to_string(),
@@ -112,55 +148,28 @@ fn snapshot_of(ix: &crate::index::Index, now: SystemTime) -> Snapshot {
                     .age_base(v.state.first_seen_held, Some(class), now)
                     .map_or(0.0, |(base, _)| base),
             });
-        });
-        ix.for_each_unlocked_object(|v| {
-            objects.push(ObjectRow {
-                ns: v.namespace.to_string(),
-                kind: v.object.kind.as_str(),
-                name: v.object.name.clone(),
-                held: false,
-                timeout: v.effective.lock_timeout_seconds,
-                deadline: v.effective.active_deadline_seconds,
-                condition: condition_labels(Some(&v.object.captf)),
-                job_active: v.object.captf.active_job,
-                mismatch: v.mismatch,
-                plans: v.pending_plans.iter().map(|p| p.to_string()).collect(),
-            });
-        });
-        let per_class = ix.held_per_class();
-        let mut force_unlocks: Vec<FuRow> = objects
-            .iter()
-            .map(|o| FuRow {
-                ns: o.ns.clone(),
-                kind: o.kind.to_string(),
-                name: o.name.clone(),
-                fu: ix.force_unlocks_of(&o.ns, o.kind, &o.name),
-            })
-            .collect();
-        let known: HashSet<(&str, &str, &str)> = objects
-            .iter()
-            .map(|o| (o.ns.as_str(), o.kind, o.name.as_str()))
-            .collect();
-        ix.for_each_force_unlock(|ns, kind, name, fu| {
-            if !known.contains(&(ns, kind, name)) {
-                force_unlocks.push(FuRow {
-                    ns: ns.to_string(),
-                    kind: kind.to_string(),
-                    name: name.to_string(),
-                    fu,
-                });
-            }
-        });
-        drop(known);
-        force_unlocks.sort_by(|a, b| (&a.ns, &a.kind, &a.name).cmp(&(&b.ns, &b.kind, &b.name)));
-        // Stable output order helps diffing and humans; cheap next to I/O.
-        locks.sort_by(|a, b| (&a.ns, a.kind, &a.name).cmp(&(&b.ns, b.kind, &b.name)));
-        objects.sort_by(|a, b| (&a.ns, a.kind, &a.name).cmp(&(&b.ns, b.kind, &b.name)));
-        Snapshot {
-            locks,
-            objects,
-            force_unlocks,
-            per_class,
         }
+        (v.namespace.to_string(), v.kind, v.name.to_string())
+    }
+
+    /// The row of an object without a lock Lease; returns its labels.
+    fn push_object(&mut self, v: &ObjectView<'_>) -> (String, &'static str, String) {
+        self.objects.push(ObjectRow {
+            ns: v.namespace.to_string(),
+            kind: v.object.kind.as_str(),
+            name: v.object.name.clone(),
+            held: false,
+            timeout: v.effective.lock_timeout_seconds,
+            deadline: v.effective.active_deadline_seconds,
+            condition: condition_labels(Some(&v.object.captf)),
+            job_active: v.object.captf.active_job,
+            mismatch: v.mismatch,
+            plans: v.pending_plans.iter().map(|p| p.to_string()).collect(),
+        });
+        (
+            v.namespace.to_string(),
+            v.object.kind.as_str(),
+            v.object.name.clone(),
+        )
     }
 }
