@@ -96,21 +96,50 @@ pub enum ScrapeError {
 
 /// A scrape's answer: the body as chunks that share the cached bytes, so
 /// concurrent scrapers do not each hold a copy. With gzip, the chunks make
-/// one gzip file (a single member).
+/// one gzip file (a single member). A plain body of a large index part is
+/// kept compressed only ([`super::buckets::PLAIN_KEPT_UP_TO`]) and
+/// decompressed step by step as it is sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Body {
-    chunks: Arc<Vec<Bytes>>,
+    repr: Arc<Repr>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Repr {
+    /// The bytes as sent.
+    Chunks(Vec<Bytes>),
+    /// Raw DEFLATE parts of the plain bytes, and their plain length.
+    Deflated(Arc<Vec<Bytes>>, usize),
 }
 
 impl Body {
-    /// The chunks, in order.
-    pub fn chunks(&self) -> &[Bytes] {
-        &self.chunks
+    fn chunks(chunks: Vec<Bytes>) -> Body {
+        Body {
+            repr: Arc::new(Repr::Chunks(chunks)),
+        }
+    }
+
+    fn deflated(parts: Vec<Bytes>, len: usize) -> Body {
+        Body {
+            repr: Arc::new(Repr::Deflated(Arc::new(parts), len)),
+        }
+    }
+
+    /// The bytes in order, as the server sends them: shared chunks, or
+    /// plain steps of at most 256 KiB decompressed one at a time.
+    pub fn frames(&self) -> Frames {
+        match &*self.repr {
+            Repr::Chunks(c) => Frames::Chunks(c.clone().into_iter()),
+            Repr::Deflated(parts, _) => Frames::Inflate(gzip_parts::Inflate::new(parts.clone())),
+        }
     }
 
     /// The length in bytes.
     pub fn len(&self) -> usize {
-        self.chunks.iter().map(Bytes::len).sum()
+        match &*self.repr {
+            Repr::Chunks(c) => c.iter().map(Bytes::len).sum(),
+            Repr::Deflated(_, len) => *len,
+        }
     }
 
     /// No bytes at all.
@@ -118,13 +147,37 @@ impl Body {
         self.len() == 0
     }
 
+    /// Whether the body is kept compressed and decompressed per scrape.
+    pub fn is_deflated(&self) -> bool {
+        matches!(&*self.repr, Repr::Deflated(..))
+    }
+
     /// The body in one piece (a copy; for tests and small bodies).
     pub fn to_bytes(&self) -> Bytes {
         let mut out = Vec::with_capacity(self.len());
-        for c in self.chunks.iter() {
-            out.extend_from_slice(c);
+        for c in self.frames() {
+            out.extend_from_slice(&c);
         }
         Bytes::from(out)
+    }
+}
+
+/// The bytes of a [`Body`] in order.
+pub enum Frames {
+    /// Shared chunks.
+    Chunks(std::vec::IntoIter<Bytes>),
+    /// Plain steps decompressed one at a time.
+    Inflate(gzip_parts::Inflate),
+}
+
+impl Iterator for Frames {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        match self {
+            Frames::Chunks(c) => c.next(),
+            Frames::Inflate(i) => i.next(),
+        }
     }
 }
 
@@ -143,6 +196,8 @@ const GATE_PERMITS: usize = 1 << 20;
 /// The newest published body of every pair, and which pairs are wanted.
 pub struct ScrapeCache {
     shared: Arc<Shared>,
+    /// Index parts larger than this keep only their gzip form.
+    plain_limit: usize,
     /// Which lock keys changed since the last pass.
     changes: Arc<Mutex<Changes>>,
     exposition: Exposition,
@@ -191,7 +246,12 @@ impl ScrapeCache {
 
     /// A cache that also renders the optional families of `exposition`.
     pub fn with_exposition(shared: Arc<Shared>, exposition: Exposition) -> Arc<ScrapeCache> {
+        Self::build(shared, exposition, super::buckets::PLAIN_KEPT_UP_TO)
+    }
+
+    fn build(shared: Arc<Shared>, exposition: Exposition, plain_limit: usize) -> Arc<ScrapeCache> {
         let cache = Arc::new(ScrapeCache {
+            plain_limit,
             changes: shared.changes(),
             shared: shared.clone(),
             exposition,
@@ -294,13 +354,18 @@ impl ScrapeCache {
             }
             let st = &mut state[fi];
             let index_current = st.index.as_ref().is_some_and(IndexRender::is_current);
-            let needs_gz = want_gzip && st.index.as_ref().is_some_and(|r| !r.compressed());
+            // A compact render sends plain bodies from its gzip parts too.
+            let needs_gz = st
+                .index
+                .as_ref()
+                .is_some_and(|r| (want_gzip || r.is_compact()) && !r.compressed());
             let mut moved = false;
             if !index_current || needs_gz {
                 let render = match st.index.take() {
                     Some(r) => r,
                     None => IndexRender::new(format, self.exposition)
-                        .map_err(|_| ScrapeError::Encode)?,
+                        .map_err(|_| ScrapeError::Encode)?
+                        .with_plain_limit(self.plain_limit),
                 };
                 let shared = self.shared.clone();
                 let update = !index_current;
@@ -318,7 +383,7 @@ impl ScrapeCache {
                     } else {
                         0
                     };
-                    let compressed = if want_gzip {
+                    let compressed = if want_gzip || render.is_compact() {
                         render.compress().map_err(ScrapeError::Compress)?
                     } else {
                         0
@@ -348,28 +413,37 @@ impl ScrapeCache {
                 moved = true;
             }
             let missing = |slot: usize| self.published[slot].borrow().is_none();
-            if want_plain && (moved || missing(plain_slot)) {
-                let mut chunks = render.chunks();
+            let plain_due = want_plain && (moved || missing(plain_slot));
+            let gzip_due = want_gzip && (moved || missing(gzip_slot));
+            if plain_due && !render.is_compact() {
+                let Some(mut chunks) = render.chunks() else {
+                    return Err(ScrapeError::Task);
+                };
                 chunks.push(health.clone());
-                self.publish(plain_slot, chunks);
+                self.publish(plain_slot, Body::chunks(chunks));
             }
-            if want_gzip && (moved || missing(gzip_slot)) {
+            if gzip_due || plain_due && render.is_compact() {
                 let Some(mut parts) = render.gz_parts() else {
                     return Err(ScrapeError::Task);
                 };
                 let health_gz = gzip_parts::part(&health, true).map_err(ScrapeError::Compress)?;
                 parts.push(&health_gz);
-                self.publish(gzip_slot, gzip_parts::stream(&parts));
+                if plain_due && render.is_compact() {
+                    let len = parts.iter().map(|p| p.plain_len()).sum();
+                    let deflate = parts.iter().map(|p| p.deflate.clone()).collect();
+                    self.publish(plain_slot, Body::deflated(deflate, len));
+                }
+                if gzip_due {
+                    self.publish(gzip_slot, Body::chunks(gzip_parts::stream(&parts)));
+                }
             }
         }
         Ok(())
     }
 
-    fn publish(&self, slot: usize, chunks: Vec<Bytes>) {
+    fn publish(&self, slot: usize, body: Body) {
         self.publications.fetch_add(1, Ordering::Relaxed);
-        self.published[slot].send_replace(Some(Body {
-            chunks: Arc::new(chunks),
-        }));
+        self.published[slot].send_replace(Some(body));
     }
 }
 
@@ -654,6 +728,74 @@ mod tests {
             )
             .expect("one gzip member");
             assert!(out == uncached.as_bytes(), "{format:?} gzip differs");
+        }
+    }
+
+    /// Past the plain limit a render keeps only gzip parts: a plain scrape
+    /// is decompressed from them in steps and still gives the uncached
+    /// render's bytes, before and after a change, and the render goes back
+    /// to plain text when the index part shrinks well below the limit.
+    #[tokio::test(start_paused = true)]
+    async fn a_compact_render_serves_plain_scrapes_from_its_gzip_parts() {
+        let (shared, _rx) = Shared::new();
+        for i in 0..300 {
+            object(&shared, &format!("m-{i}"));
+        }
+        let cache = ScrapeCache::build(shared.clone(), Exposition::default(), 20_000);
+        let same_as_uncached = |body: &Body| {
+            let uncached =
+                crate::metrics::render_at(&shared, Format::OpenMetrics, SystemTime::now())
+                    .expect("renders");
+            body.to_bytes() == uncached.as_bytes()
+        };
+        let plain = cache
+            .body(Format::OpenMetrics, AcceptEncoding::Identity)
+            .await
+            .expect("plain");
+        assert!(plain.is_deflated(), "{} bytes kept compressed", plain.len());
+        assert!(same_as_uncached(&plain));
+        held_lock(&shared, "m-7");
+        let t = wait_body(&cache, Duration::from_secs(1), |t| {
+            t.contains("captf_state_lock_info{")
+        })
+        .await;
+        assert!(t.ends_with("# EOF\n"));
+        let plain = cache
+            .body(Format::OpenMetrics, AcceptEncoding::Identity)
+            .await
+            .expect("plain");
+        assert!(same_as_uncached(&plain), "after a change");
+        let zipped = cache
+            .body(Format::OpenMetrics, AcceptEncoding::Gzip)
+            .await
+            .expect("gzip");
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(&zipped.to_bytes()[..]),
+            &mut out,
+        )
+        .expect("one gzip member");
+        assert!(out == plain.to_bytes(), "gzip and plain agree");
+        // Shrink far below the limit: plain text again.
+        for i in 0..300 {
+            let key = (
+                Kind::TerraformMachine,
+                ObjectKey::new("ns", format!("m-{i}")),
+            );
+            shared.update(|ix, now| IndexResource::<TfObject>::delete(ix, key, now));
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let body = cache
+                .body(Format::OpenMetrics, AcceptEncoding::Identity)
+                .await
+                .expect("plain");
+            if !body.is_deflated() {
+                assert!(same_as_uncached(&body));
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "still compact");
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 

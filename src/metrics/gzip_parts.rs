@@ -10,9 +10,11 @@
 //! its length) make it a single-member gzip file that every gzip reader
 //! reads, not only those that accept several members.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use crc32fast::Hasher;
-use flate2::{Compress, Compression, FlushCompress, Status};
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 /// A compressed part and the CRC-32 of its plain bytes.
 #[derive(Clone, Debug)]
@@ -20,6 +22,13 @@ pub(crate) struct Part {
     pub(crate) deflate: Bytes,
     crc: Hasher,
     len: u64,
+}
+
+impl Part {
+    /// Length of the plain bytes it holds.
+    pub(crate) fn plain_len(&self) -> usize {
+        usize::try_from(self.len).unwrap_or(usize::MAX)
+    }
 }
 
 /// Compresses `plain` as one part; `last` finishes the DEFLATE stream.
@@ -83,10 +92,96 @@ pub(crate) fn stream(parts: &[&Part]) -> Vec<Bytes> {
     chunks
 }
 
+/// Most plain bytes one step of [`Inflate`] yields: what a plain scrape of
+/// a body kept compressed holds at a time.
+pub(crate) const INFLATE_STEP: usize = 256 * 1024;
+
+/// The plain bytes of parts that make one DEFLATE stream, decompressed
+/// step by step as they are sent, so a plain scrape holds one step, not
+/// the body. Ends at the stream's end, or early at a corrupt stream (the
+/// parts are this process's own output, so that is a bug, and the short
+/// body fails the scrape's Content-Length check rather than lying).
+pub struct Inflate {
+    parts: Arc<Vec<Bytes>>,
+    part: usize,
+    offset: usize,
+    d: Decompress,
+    done: bool,
+}
+
+impl Inflate {
+    /// Plain bytes of `parts` (raw DEFLATE, the last one finished).
+    pub(crate) fn new(parts: Arc<Vec<Bytes>>) -> Inflate {
+        Inflate {
+            parts,
+            part: 0,
+            offset: 0,
+            d: Decompress::new(false),
+            done: false,
+        }
+    }
+}
+
+impl Iterator for Inflate {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        let mut out = Vec::with_capacity(INFLATE_STEP);
+        while !self.done && out.len() < INFLATE_STEP {
+            let Some(part) = self.parts.get(self.part) else {
+                self.done = true;
+                break;
+            };
+            let input = part.get(self.offset..).unwrap_or_default();
+            let (before_in, before_out) = (self.d.total_in(), self.d.total_out());
+            let status = self
+                .d
+                .decompress_vec(input, &mut out, FlushDecompress::None);
+            let used = usize::try_from(self.d.total_in() - before_in).unwrap_or(usize::MAX);
+            let made = self.d.total_out() - before_out;
+            self.offset = self.offset.saturating_add(used);
+            match status {
+                Ok(Status::StreamEnd) | Err(_) => self.done = true,
+                Ok(_) if self.offset >= part.len() => {
+                    self.part += 1;
+                    self.offset = 0;
+                }
+                // No progress with input left and room in `out` would
+                // loop forever: a corrupt stream.
+                Ok(_) if used == 0 && made == 0 && out.len() < out.capacity() => self.done = true,
+                Ok(_) => {}
+            }
+        }
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Read;
+
+    #[test]
+    fn parts_inflate_step_by_step_to_their_plain_bytes() {
+        let a: Vec<u8> = (0..300_000u32)
+            .flat_map(|i| format!("sample{{n=\"{i}\"}} 1\n").into_bytes())
+            .collect();
+        let parts = [
+            part(&a[..5], false).expect("tiny"),
+            part(b"", false).expect("empty"),
+            part(&a, false).expect("big"),
+            part(b"# EOF\n", true).expect("last"),
+        ];
+        let deflate: Vec<Bytes> = parts.iter().map(|p| p.deflate.clone()).collect();
+        let steps: Vec<Bytes> = Inflate::new(Arc::new(deflate)).collect();
+        assert!(steps.len() > 2, "a large body comes in several steps");
+        assert!(steps.iter().all(|s| s.len() <= INFLATE_STEP));
+        let got: Vec<u8> = steps.iter().flat_map(|s| s.iter().copied()).collect();
+        let mut want = a[..5].to_vec();
+        want.extend_from_slice(&a);
+        want.extend_from_slice(b"# EOF\n");
+        assert!(got == want, "inflated bytes differ");
+    }
 
     #[test]
     fn parts_make_one_member_any_gzip_reader_reads_whole() {

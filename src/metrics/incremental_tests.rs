@@ -253,8 +253,17 @@ fn change(rng: &mut Rng, ix: &mut Index, now: SystemTime, later: SystemTime) {
     }
 }
 
-fn text(render: &IndexRender) -> Vec<u8> {
-    render.chunks().iter().flat_map(|c| c.to_vec()).collect()
+/// The plain text of a render, from its gzip parts when it is compact.
+fn text(render: &mut IndexRender) -> Vec<u8> {
+    if let Some(chunks) = render.chunks() {
+        return chunks.iter().flat_map(|c| c.to_vec()).collect();
+    }
+    render.compress().expect("compresses");
+    let parts = render.gz_parts().expect("compressed");
+    let deflate: Vec<bytes::Bytes> = parts.iter().map(|p| p.deflate.clone()).collect();
+    super::gzip_parts::Inflate::new(Arc::new(deflate))
+        .flat_map(|c| c.to_vec())
+        .collect()
 }
 
 fn first_difference(a: &[u8], b: &[u8]) -> String {
@@ -275,15 +284,18 @@ fn first_difference(a: &[u8], b: &[u8]) -> String {
 
 #[test]
 fn an_incremental_render_equals_a_whole_one_after_every_change() {
-    for seed in 1..=6u64 {
+    // Plain text kept, and (a limit of one byte) only gzip parts kept.
+    for (seed, plain_limit) in (1..=6u64).zip([usize::MAX, 1].into_iter().cycle()) {
         let (shared, _rx) = Shared::new();
         let shared: Arc<Shared> = shared;
         shared.write(|ix, _| ix.set_verdict_grace(Duration::from_secs(1)));
         let sink = shared.changes();
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let start = SystemTime::now();
-        let mut incremental =
-            IndexRender::new(Format::OpenMetrics, Exposition::default()).expect("a render");
+        let mut incremental = IndexRender::new(Format::OpenMetrics, Exposition::default())
+            .expect("a render")
+            .with_plain_limit(plain_limit);
+        let mut saw_compact = false;
         for step in 0..400 {
             // Fixed render time per step, ahead of every write's clock.
             let at = start + Duration::from_secs(3600 + step);
@@ -294,12 +306,14 @@ fn an_incremental_render_equals_a_whole_one_after_every_change() {
             let mut whole =
                 IndexRender::new(Format::OpenMetrics, Exposition::default()).expect("a render");
             whole.update(&shared, at).expect("renders");
-            let (a, b) = (text(&incremental), text(&whole));
+            let (a, b) = (text(&mut incremental), text(&mut whole));
+            saw_compact |= incremental.is_compact();
             assert!(
                 a == b,
                 "seed {seed}, step {step}: {}",
                 first_difference(&a, &b)
             );
         }
+        assert_eq!(saw_compact, plain_limit == 1, "seed {seed}");
     }
 }

@@ -24,7 +24,7 @@ mod snapshot;
 #[cfg(test)]
 mod incremental_tests;
 
-pub use cache::{AcceptEncoding, Body, ScrapeCache, ScrapeError, DEBOUNCE, HEALTH_EVERY};
+pub use cache::{AcceptEncoding, Body, Frames, ScrapeCache, ScrapeError, DEBOUNCE, HEALTH_EVERY};
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -102,10 +102,12 @@ pub fn render_with(
     now: SystemTime,
     exposition: Exposition,
 ) -> Result<String, std::fmt::Error> {
-    let mut index = buckets::IndexRender::new(format, exposition)?;
+    // Never compact: this render is the plain text the cached bodies are
+    // compared with.
+    let mut index = buckets::IndexRender::new(format, exposition)?.with_plain_limit(usize::MAX);
     index.update(shared, now)?;
     let mut out = String::with_capacity(64 * 1024);
-    for chunk in index.chunks() {
+    for chunk in index.chunks().ok_or(std::fmt::Error)? {
         out.push_str(std::str::from_utf8(&chunk).map_err(|_| std::fmt::Error)?);
     }
     out.push_str(&parts::render_health(shared, format)?);

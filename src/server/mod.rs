@@ -143,14 +143,11 @@ fn boxed(r: Response<Full<Bytes>>) -> Response<RespBody> {
 }
 
 /// A scrape's body as it is cached: its chunks are sent one after the
-/// other, never copied into one buffer.
+/// other, never copied into one buffer (a body kept compressed is
+/// decompressed a step at a time as the client reads).
 fn chunked(status: StatusCode, content_type: &str, body: &Body) -> Response<RespBody> {
     let len = body.len();
-    let frames: Vec<Result<Frame<Bytes>, Infallible>> = body
-        .chunks()
-        .iter()
-        .map(|c| Ok(Frame::data(c.clone())))
-        .collect();
+    let frames = body.frames().map(|c| Ok::<_, Infallible>(Frame::data(c)));
     let mut r = Response::new(StreamBody::new(futures::stream::iter(frames)).boxed());
     *r.status_mut() = status;
     if let Ok(v) = content_type.parse() {
