@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::index::Resource;
+
 /// Read-only Prometheus exporter for CAPTF state-lock Leases.
 #[derive(Debug, Parser)]
 #[command(name = "captf-lock-exporter", version, about, long_about = None)]
@@ -66,6 +68,14 @@ pub struct Cli {
     /// shipped rules and dashboards use time() - acquired_timestamp).
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_EXPORT_LOCK_AGE", global = true)]
     pub export_lock_age: bool,
+
+    /// Resources not to watch, comma-separated, named as in the `resource`
+    /// label (e.g. terraformmachinepools where that CRD is not installed).
+    /// A skipped resource exports no watch series and does not hold back
+    /// /readyz, so a kind the cluster does not serve stops
+    /// CAPTFLockExporterWatchDown. `leases` (the locks) cannot be skipped.
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_SKIP_RESOURCES", value_delimiter = ',', value_parser = skippable_resource, global = true)]
+    pub skip_resources: Vec<Resource>,
 }
 
 /// Subcommands.
@@ -157,6 +167,42 @@ impl Cli {
     }
 }
 
+impl Cli {
+    /// The resources to watch: every one of [`Resource::ALL`] (in its
+    /// order) that `--skip-resources` does not name.
+    pub fn watched_resources(&self) -> Vec<Resource> {
+        Resource::ALL
+            .into_iter()
+            .filter(|r| !self.skip_resources.contains(r))
+            .collect()
+    }
+}
+
+/// One value of `--skip-resources`: a watched resource's label value,
+/// other than `leases`.
+fn skippable_resource(s: &str) -> Result<Resource, String> {
+    let s = s.trim();
+    let names = || {
+        Resource::ALL
+            .iter()
+            .filter(|r| **r != Resource::Leases)
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match Resource::ALL.into_iter().find(|r| r.as_str() == s) {
+        Some(Resource::Leases) => Err(
+            "leases cannot be skipped: the state locks are Leases, and without them the exporter reports nothing"
+                .to_string(),
+        ),
+        Some(r) => Ok(r),
+        None => Err(format!(
+            "{s:?} is not a watched resource (one of: {})",
+            names()
+        )),
+    }
+}
+
 fn namespace(s: &str) -> Result<String, String> {
     let s = s.trim();
     let ok = !s.is_empty()
@@ -214,6 +260,36 @@ mod tests {
         assert!(err_of(&["--kubeconfig", "/nonexistent/kubeconfig"]).contains("--kubeconfig"));
         assert!(err_of(&["--verdict-grace", "0s"]).contains("--verdict-grace"));
         assert!(err_of(&["--verdict-grace", "a while"]).contains("--verdict-grace"));
+        for bad in ["leases", "pods,leases", "terraformmachine", "Pods", "pods,,events"] {
+            assert!(
+                err_of(&["--skip-resources", bad]).contains("--skip-resources"),
+                "{bad}: {}",
+                err_of(&["--skip-resources", bad])
+            );
+        }
+        assert!(err_of(&["--skip-resources", "leases"]).contains("leases cannot be skipped"));
+    }
+
+    #[test]
+    fn skipped_resources_are_not_watched_and_the_rest_keep_their_order() {
+        let cli = Cli::try_parse_from(["x", "demo"]).expect("parses");
+        assert!(cli.skip_resources.is_empty());
+        assert_eq!(cli.watched_resources(), Resource::ALL.to_vec());
+        let cli = Cli::try_parse_from([
+            "x",
+            "--skip-resources",
+            "terraformmachinepools, clusters,terraformmachinepools",
+            "demo",
+        ])
+        .expect("parses");
+        let watched = cli.watched_resources();
+        assert_eq!(watched.len(), Resource::ALL.len() - 2);
+        assert!(!watched.contains(&Resource::TerraformMachinePools));
+        assert!(!watched.contains(&Resource::Clusters));
+        assert_eq!(watched.first(), Some(&Resource::Leases));
+        let mut sorted = watched.clone();
+        sorted.sort();
+        assert_eq!(watched, sorted, "Resource::ALL order");
     }
 
     #[test]

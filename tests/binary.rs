@@ -102,6 +102,12 @@ fn bad_flags_stop_the_start_naming_the_flag() {
             vec!["--kubeconfig", "/nonexistent/kubeconfig"],
             "--kubeconfig",
         ),
+        // The locks themselves cannot be skipped, nor a resource not watched.
+        (vec!["--skip-resources", "leases", "demo"], "--skip-resources"),
+        (
+            vec!["--skip-resources", "pods,terraformthings", "demo"],
+            "--skip-resources",
+        ),
     ] {
         let (code, stderr) = start_error(&args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
