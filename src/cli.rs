@@ -74,8 +74,9 @@ pub struct Cli {
     /// A skipped resource exports no watch series and does not hold back
     /// /readyz, so a kind the cluster does not serve stops
     /// CAPTFLockExporterWatchDown. `leases` (the locks) cannot be skipped.
-    #[arg(long, env = "CAPTF_LOCK_EXPORTER_SKIP_RESOURCES", value_delimiter = ',', value_parser = skippable_resource, global = true)]
-    pub skip_resources: Vec<Resource>,
+    /// An empty value skips nothing (a chart may set the variable empty).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_SKIP_RESOURCES", value_parser = skip_list, default_value = "", hide_default_value = true, global = true)]
+    pub skip_resources: SkipList,
 }
 
 /// Subcommands.
@@ -167,15 +168,32 @@ impl Cli {
     }
 }
 
+/// The resources `--skip-resources` names, each once, in the order given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SkipList(pub Vec<Resource>);
+
 impl Cli {
     /// The resources to watch: every one of [`Resource::ALL`] (in its
     /// order) that `--skip-resources` does not name.
     pub fn watched_resources(&self) -> Vec<Resource> {
         Resource::ALL
             .into_iter()
-            .filter(|r| !self.skip_resources.contains(r))
+            .filter(|r| !self.skip_resources.0.contains(r))
             .collect()
     }
+}
+
+/// `--skip-resources`: comma-separated, blanks around names and empty
+/// entries ignored, so an empty value skips nothing.
+fn skip_list(s: &str) -> Result<SkipList, String> {
+    let mut list = Vec::new();
+    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let r = skippable_resource(name)?;
+        if !list.contains(&r) {
+            list.push(r);
+        }
+    }
+    Ok(SkipList(list))
 }
 
 /// One value of `--skip-resources`: a watched resource's label value,
@@ -260,7 +278,13 @@ mod tests {
         assert!(err_of(&["--kubeconfig", "/nonexistent/kubeconfig"]).contains("--kubeconfig"));
         assert!(err_of(&["--verdict-grace", "0s"]).contains("--verdict-grace"));
         assert!(err_of(&["--verdict-grace", "a while"]).contains("--verdict-grace"));
-        for bad in ["leases", "pods,leases", "terraformmachine", "Pods", "pods,,events"] {
+        for bad in [
+            "leases",
+            "pods,leases",
+            "terraformmachine",
+            "Pods",
+            "pods,lease",
+        ] {
             assert!(
                 err_of(&["--skip-resources", bad]).contains("--skip-resources"),
                 "{bad}: {}",
@@ -273,12 +297,17 @@ mod tests {
     #[test]
     fn skipped_resources_are_not_watched_and_the_rest_keep_their_order() {
         let cli = Cli::try_parse_from(["x", "demo"]).expect("parses");
-        assert!(cli.skip_resources.is_empty());
+        assert_eq!(cli.skip_resources, SkipList::default());
         assert_eq!(cli.watched_resources(), Resource::ALL.to_vec());
+        for empty in ["", " ", ","] {
+            let cli =
+                Cli::try_parse_from(["x", "--skip-resources", empty, "demo"]).expect("parses");
+            assert_eq!(cli.watched_resources(), Resource::ALL.to_vec(), "{empty:?}");
+        }
         let cli = Cli::try_parse_from([
             "x",
             "--skip-resources",
-            "terraformmachinepools, clusters,terraformmachinepools",
+            "terraformmachinepools, clusters,,terraformmachinepools",
             "demo",
         ])
         .expect("parses");

@@ -96,8 +96,8 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     // From here on, production and demo run the same code.
     let scopes = cli.watch_scopes();
     let resources = cli.watched_resources();
-    if !cli.skip_resources.is_empty() {
-        let skipped: Vec<&str> = cli.skip_resources.iter().map(|r| r.as_str()).collect();
+    if !cli.skip_resources.0.is_empty() {
+        let skipped: Vec<&str> = cli.skip_resources.0.iter().map(|r| r.as_str()).collect();
         tracing::info!(
             skipped = skipped.join(","),
             "--skip-resources: these resources are not watched and export no watch series"

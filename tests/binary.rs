@@ -103,7 +103,10 @@ fn bad_flags_stop_the_start_naming_the_flag() {
             "--kubeconfig",
         ),
         // The locks themselves cannot be skipped, nor a resource not watched.
-        (vec!["--skip-resources", "leases", "demo"], "--skip-resources"),
+        (
+            vec!["--skip-resources", "leases", "demo"],
+            "--skip-resources",
+        ),
         (
             vec!["--skip-resources", "pods,terraformthings", "demo"],
             "--skip-resources",

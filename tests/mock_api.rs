@@ -464,8 +464,8 @@ async fn forged_force_unlock_events_move_no_counter_and_add_no_series() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_skipped_resource_is_never_requested_exports_no_watch_series_and_does_not_gate_readiness(
-) {
+async fn a_skipped_resource_is_never_requested_exports_no_watch_series_and_does_not_gate_readiness()
+{
     use captf_lock_exporter::index::Resource;
     const POOLS: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachinepools";
     // TerraformMachinePools answer 503 forever: a transient failure, which
@@ -525,6 +525,9 @@ async fn a_skipped_resource_is_never_requested_exports_no_watch_series_and_does_
             .all(|w| w.resource != Resource::TerraformMachinePools),
         "/readyz does not list it as down"
     );
-    assert_eq!(skipping.calls(POOLS, false) + skipping.calls(POOLS, true), 0);
+    assert_eq!(
+        skipping.calls(POOLS, false) + skipping.calls(POOLS, true),
+        0
+    );
     skipping.assert_only_get();
 }
