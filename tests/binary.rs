@@ -119,6 +119,11 @@ fn bad_flags_stop_the_start_naming_the_flag() {
             "{args:?} should name {flag}: {stderr}"
         );
     }
+    // The flag exists and says why the locks cannot be skipped (an unknown
+    // flag would name itself too, with exit code 2).
+    let (code, stderr) = start_error(&["--skip-resources", "pods,leases", "demo"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("leases cannot be skipped"), "{stderr}");
     // An address that is taken fails at start too, naming the flag.
     let taken = TcpListener::bind("127.0.0.1:0").expect("binds");
     let addr = taken.local_addr().expect("addr").to_string();
