@@ -3,9 +3,13 @@
 #   1. promtool check rules (with linting) on every alerts/*.rules.yaml;
 #   2. promtool test rules on every alerts/tests/*.yaml;
 #   3. yamllint --strict with alerts/.yamllint on everything under alerts/;
-#   4. consistency: exactly the docs/contract.md section 9 alerts, each with severity,
-#      summary, description and a runbook_url whose anchor is a heading of
-#      README.md, and each covered by promtool tests that expect it
+#   4. consistency: exactly the docs/contract.md section 9 alerts, each with its
+#      severities (CAPTFStateLockForeignOverdue has a warning and a critical
+#      rule), summary, description and a runbook_url whose anchor is a heading
+#      of README.md; every lock alert with the dashboard_url of the object
+#      dashboard, and (but CAPTFForceUnlocks) with the Lease-watch gate and
+#      keep_firing_for; the exporter's own alerts with the job selector the
+#      chart substitutes; each alert covered by promtool tests that expect it
 #      to fire and expect it to be silent.
 # Exits non-zero when any step fails. Needs promtool, yamllint and python3
 # with PyYAML (Debian: prometheus, yamllint; yamllint pulls python3-yaml):
@@ -65,15 +69,30 @@ args = sys.argv[2:]
 sep = args.index("--")
 rule_files, test_files = args[:sep], args[sep + 1:]
 
+# Alert name -> its rules' severities (one rule per severity).
 EXPECTED = {
-    "CAPTFStateLockForeignOverdue": "critical",
-    "CAPTFForceUnlocks": "warning",
-    "CAPTFStateLockStale": "warning",
-    "CAPTFStateLockHeldTooLong": "warning",
-    "CAPTFStateLockVerdictMismatch": "warning",
-    "CAPTFLockExporterDown": "warning",
-    "CAPTFLockExporterWatchDown": "warning",
+    "CAPTFStateLockForeignOverdue": {"warning", "critical"},
+    "CAPTFForceUnlocks": {"warning"},
+    "CAPTFStateLockStale": {"warning"},
+    "CAPTFStateLockHeldTooLong": {"warning"},
+    "CAPTFStateLockVerdictMismatch": {"warning"},
+    "CAPTFStateLockUnverified": {"warning"},
+    "CAPTFLockExporterDown": {"warning"},
+    "CAPTFLockExporterWatchDown": {"warning"},
 }
+LOCK_ALERTS = {n for n in EXPECTED if n.startswith(("CAPTFStateLock", "CAPTFForceUnlocks"))}
+# Lock alerts whose expression reads lock series at evaluation time: they
+# trust only replicas whose Lease watch is up, and bridge short gaps.
+GATED = LOCK_ALERTS - {"CAPTFForceUnlocks"}
+GATE = 'and on (cluster, job, instance) (captf_lock_exporter_watch_up{resource="leases"} == 1)'
+# The chart substitutes these texts (docs/decisions/alerts.md): the Grafana
+# prefix of dashboard_url and the exporter job selector.
+DASHBOARD_URL = (
+    "https://grafana.example/d/captf-state-lock-object/captf-state-lock-object"
+    '?var-cluster={{ or $labels.cluster "$__all" }}&var-namespace={{ $labels.namespace }}'
+    "&var-kind={{ $labels.kind }}&var-name={{ $labels.name }}"
+)
+JOB_SELECTOR = 'job=~".*captf-lock-exporter.*"'
 RUNBOOK = "https://github.com/captf-io/captf-lock-exporter/blob/main/README.md#"
 errors = []
 
@@ -111,7 +130,7 @@ for target, frag in re.findall(r"\]\(([\w./-]*\.md)?#([\w-]+)\)", runbook_text):
     except FileNotFoundError:
         errors.append(f"README.md links to {target}, which does not exist")
 
-alerts = {}
+alerts = {}  # name -> its rules
 for path in rule_files:
     with open(path, encoding="utf-8") as f:
         doc = yaml.safe_load(f)
@@ -119,26 +138,37 @@ for path in rule_files:
         for rule in group["rules"]:
             if "alert" not in rule:
                 continue
-            name = rule["alert"]
-            if name in alerts:
-                errors.append(f"{name}: defined twice")
-            alerts[name] = rule
+            alerts.setdefault(rule["alert"], []).append(rule)
 
 if set(alerts) != set(EXPECTED):
     errors.append(f"alerts {sorted(alerts)} differ from docs/contract.md section 9 {sorted(EXPECTED)}")
-for name, rule in alerts.items():
-    labels = rule.get("labels", {})
-    ann = rule.get("annotations", {})
-    if name in EXPECTED and labels.get("severity") != EXPECTED[name]:
-        errors.append(f"{name}: severity {labels.get('severity')!r}, want {EXPECTED[name]!r}")
-    for key in ("summary", "description", "runbook_url"):
-        if not ann.get(key):
-            errors.append(f"{name}: no {key} annotation")
-    url = ann.get("runbook_url", "")
-    if not url.startswith(RUNBOOK):
-        errors.append(f"{name}: runbook_url {url!r} is not under {RUNBOOK}")
-    elif url[len(RUNBOOK):] not in anchors:
-        errors.append(f"{name}: runbook_url anchor #{url[len(RUNBOOK):]} is no heading of README.md")
+for name, rules in alerts.items():
+    severities = [r.get("labels", {}).get("severity") for r in rules]
+    if len(set(severities)) != len(severities):
+        errors.append(f"{name}: defined twice with severity {severities}")
+    if name in EXPECTED and set(severities) != EXPECTED[name]:
+        errors.append(f"{name}: severities {sorted(map(str, severities))}, want {sorted(EXPECTED[name])}")
+    for rule in rules:
+        ann = rule.get("annotations", {})
+        for key in ("summary", "description", "runbook_url"):
+            if not ann.get(key):
+                errors.append(f"{name}: no {key} annotation")
+        url = ann.get("runbook_url", "")
+        if not url.startswith(RUNBOOK):
+            errors.append(f"{name}: runbook_url {url!r} is not under {RUNBOOK}")
+        elif url[len(RUNBOOK):] not in anchors:
+            errors.append(f"{name}: runbook_url anchor #{url[len(RUNBOOK):]} is no heading of README.md")
+        if name in LOCK_ALERTS and ann.get("dashboard_url") != DASHBOARD_URL:
+            errors.append(f"{name}: dashboard_url {ann.get('dashboard_url')!r}, want {DASHBOARD_URL!r}")
+        if name not in LOCK_ALERTS and "dashboard_url" in ann:
+            errors.append(f"{name}: a dashboard_url, but it is no lock alert")
+        if name in GATED:
+            if GATE not in rule["expr"]:
+                errors.append(f"{name}: expr lacks the Lease-watch gate {GATE!r}")
+            if not rule.get("keep_firing_for"):
+                errors.append(f"{name}: no keep_firing_for")
+        if name == "CAPTFLockExporterDown" and JOB_SELECTOR not in rule["expr"]:
+            errors.append(f"{name}: expr lacks the job selector {JOB_SELECTOR!r} the chart substitutes")
 
 fires, silent = set(), set()
 cases = groups = 0
@@ -158,7 +188,8 @@ for name in alerts:
 
 for e in errors:
     print(f"  {e}", file=sys.stderr)
-print(f"  {len(alerts)} alerts, {groups} promtool test groups, {cases} alert_rule_test cases")
+rules = sum(len(r) for r in alerts.values())
+print(f"  {len(alerts)} alerts ({rules} rules), {groups} promtool test groups, {cases} alert_rule_test cases")
 sys.exit(1 if errors else 0)
 PY
 

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::index::Resource;
+
 /// Read-only Prometheus exporter for CAPTF state-lock Leases.
 #[derive(Debug, Parser)]
 #[command(name = "captf-lock-exporter", version, about, long_about = None)]
@@ -66,6 +68,15 @@ pub struct Cli {
     /// shipped rules and dashboards use time() - acquired_timestamp).
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_EXPORT_LOCK_AGE", global = true)]
     pub export_lock_age: bool,
+
+    /// Resources not to watch, comma-separated, named as in the `resource`
+    /// label (e.g. terraformmachinepools where that CRD is not installed).
+    /// A skipped resource exports no watch series and does not hold back
+    /// /readyz, so a kind the cluster does not serve stops
+    /// CAPTFLockExporterWatchDown. `leases` (the locks) cannot be skipped.
+    /// An empty value skips nothing (a chart may set the variable empty).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_SKIP_RESOURCES", value_parser = skip_list, default_value = "", hide_default_value = true, global = true)]
+    pub skip_resources: SkipList,
 }
 
 /// Subcommands.
@@ -157,6 +168,59 @@ impl Cli {
     }
 }
 
+/// The resources `--skip-resources` names, each once, in the order given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SkipList(pub Vec<Resource>);
+
+impl Cli {
+    /// The resources to watch: every one of [`Resource::ALL`] (in its
+    /// order) that `--skip-resources` does not name.
+    pub fn watched_resources(&self) -> Vec<Resource> {
+        Resource::ALL
+            .into_iter()
+            .filter(|r| !self.skip_resources.0.contains(r))
+            .collect()
+    }
+}
+
+/// `--skip-resources`: comma-separated, blanks around names and empty
+/// entries ignored, so an empty value skips nothing.
+fn skip_list(s: &str) -> Result<SkipList, String> {
+    let mut list = Vec::new();
+    for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let r = skippable_resource(name)?;
+        if !list.contains(&r) {
+            list.push(r);
+        }
+    }
+    Ok(SkipList(list))
+}
+
+/// One value of `--skip-resources`: a watched resource's label value,
+/// other than `leases`.
+fn skippable_resource(s: &str) -> Result<Resource, String> {
+    let s = s.trim();
+    let names = || {
+        Resource::ALL
+            .iter()
+            .filter(|r| **r != Resource::Leases)
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match Resource::ALL.into_iter().find(|r| r.as_str() == s) {
+        Some(Resource::Leases) => Err(
+            "leases cannot be skipped: the state locks are Leases, and without them the exporter reports nothing"
+                .to_string(),
+        ),
+        Some(r) => Ok(r),
+        None => Err(format!(
+            "{s:?} is not a watched resource (one of: {})",
+            names()
+        )),
+    }
+}
+
 fn namespace(s: &str) -> Result<String, String> {
     let s = s.trim();
     let ok = !s.is_empty()
@@ -214,6 +278,47 @@ mod tests {
         assert!(err_of(&["--kubeconfig", "/nonexistent/kubeconfig"]).contains("--kubeconfig"));
         assert!(err_of(&["--verdict-grace", "0s"]).contains("--verdict-grace"));
         assert!(err_of(&["--verdict-grace", "a while"]).contains("--verdict-grace"));
+        for bad in [
+            "leases",
+            "pods,leases",
+            "terraformmachine",
+            "Pods",
+            "pods,lease",
+        ] {
+            assert!(
+                err_of(&["--skip-resources", bad]).contains("--skip-resources"),
+                "{bad}: {}",
+                err_of(&["--skip-resources", bad])
+            );
+        }
+        assert!(err_of(&["--skip-resources", "leases"]).contains("leases cannot be skipped"));
+    }
+
+    #[test]
+    fn skipped_resources_are_not_watched_and_the_rest_keep_their_order() {
+        let cli = Cli::try_parse_from(["x", "demo"]).expect("parses");
+        assert_eq!(cli.skip_resources, SkipList::default());
+        assert_eq!(cli.watched_resources(), Resource::ALL.to_vec());
+        for empty in ["", " ", ","] {
+            let cli =
+                Cli::try_parse_from(["x", "--skip-resources", empty, "demo"]).expect("parses");
+            assert_eq!(cli.watched_resources(), Resource::ALL.to_vec(), "{empty:?}");
+        }
+        let cli = Cli::try_parse_from([
+            "x",
+            "--skip-resources",
+            "terraformmachinepools, clusters,,terraformmachinepools",
+            "demo",
+        ])
+        .expect("parses");
+        let watched = cli.watched_resources();
+        assert_eq!(watched.len(), Resource::ALL.len() - 2);
+        assert!(!watched.contains(&Resource::TerraformMachinePools));
+        assert!(!watched.contains(&Resource::Clusters));
+        assert_eq!(watched.first(), Some(&Resource::Leases));
+        let mut sorted = watched.clone();
+        sorted.sort();
+        assert_eq!(watched, sorted, "Resource::ALL order");
     }
 
     #[test]

@@ -95,7 +95,21 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     };
     // From here on, production and demo run the same code.
     let scopes = cli.watch_scopes();
-    for (name, task) in watch::spawn_all(client.clone(), shared.clone(), scopes, Timing::DEFAULT) {
+    let resources = cli.watched_resources();
+    if !cli.skip_resources.0.is_empty() {
+        let skipped: Vec<&str> = cli.skip_resources.0.iter().map(|r| r.as_str()).collect();
+        tracing::info!(
+            skipped = skipped.join(","),
+            "--skip-resources: these resources are not watched and export no watch series"
+        );
+    }
+    for (name, task) in watch::spawn_watches(
+        client.clone(),
+        shared.clone(),
+        scopes,
+        &resources,
+        Timing::DEFAULT,
+    ) {
         tasks.adopt(name, task);
     }
     tasks.spawn(

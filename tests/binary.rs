@@ -102,6 +102,15 @@ fn bad_flags_stop_the_start_naming_the_flag() {
             vec!["--kubeconfig", "/nonexistent/kubeconfig"],
             "--kubeconfig",
         ),
+        // The locks themselves cannot be skipped, nor a resource not watched.
+        (
+            vec!["--skip-resources", "leases", "demo"],
+            "--skip-resources",
+        ),
+        (
+            vec!["--skip-resources", "pods,terraformthings", "demo"],
+            "--skip-resources",
+        ),
     ] {
         let (code, stderr) = start_error(&args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
@@ -110,6 +119,11 @@ fn bad_flags_stop_the_start_naming_the_flag() {
             "{args:?} should name {flag}: {stderr}"
         );
     }
+    // The flag exists and says why the locks cannot be skipped (an unknown
+    // flag would name itself too, with exit code 2).
+    let (code, stderr) = start_error(&["--skip-resources", "pods,leases", "demo"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("leases cannot be skipped"), "{stderr}");
     // An address that is taken fails at start too, naming the flag.
     let taken = TcpListener::bind("127.0.0.1:0").expect("binds");
     let addr = taken.local_addr().expect("addr").to_string();

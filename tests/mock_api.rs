@@ -462,3 +462,72 @@ async fn forged_force_unlock_events_move_no_counter_and_add_no_series() {
     );
     api.assert_only_get();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skipped_resource_is_never_requested_exports_no_watch_series_and_does_not_gate_readiness()
+{
+    use captf_lock_exporter::index::Resource;
+    const POOLS: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachinepools";
+    // TerraformMachinePools answer 503 forever: a transient failure, which
+    // holds readiness back for as long as the resource is watched.
+    let script = |path: &str, is_watch: bool, _: usize| match (path, is_watch) {
+        (LEASES, false) => Reply::Json(200, list(vec![lease("web", Some("alice@laptop"), 1)], 5)),
+        (LEASES, true) => Reply::Watch(vec![], true),
+        (MACHINES, false) => Reply::Json(200, list(vec![machine("web", 3)], 5)),
+        (MACHINES, true) => Reply::Watch(vec![], true),
+        (POOLS, _) => Reply::Json(503, status(503, "ServiceUnavailable")),
+        _ => not_served(),
+    };
+
+    // Watched: the pools hold readiness back and report watch_up 0.
+    let watched = FakeApi::new(script);
+    let all = start(&watched);
+    wait_for(&all, "the pools' 503", 10, |t| {
+        value(
+            t,
+            "captf_lock_exporter_watch_errors_total{resource=\"terraformmachinepools\",reason=\"server_error\"}",
+        )
+        .unwrap_or(0.0)
+            >= 1.0
+            && has_lock(t, "web", "foreign")
+    })
+    .await;
+    assert!(!all.health.ready(), "a 503 is worth waiting for");
+
+    // Skipped (--skip-resources terraformmachinepools): never requested,
+    // no series for it, and ready once the rest has listed.
+    let skipping = FakeApi::new(script);
+    let resources: Vec<Resource> = Resource::ALL
+        .into_iter()
+        .filter(|r| *r != Resource::TerraformMachinePools)
+        .collect();
+    let shared = start_watching(&skipping, &resources);
+    wait_for(&shared, "the lock", 10, |t| has_lock(t, "web", "foreign")).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !shared.health.ready() {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let text = scrape(&shared);
+    assert!(
+        text.contains("captf_lock_exporter_watch_up{resource=\"leases\"} 1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("resource=\"terraformmachinepools\""),
+        "a skipped resource has no watch series:\n{text}"
+    );
+    assert!(
+        shared
+            .health
+            .not_up()
+            .iter()
+            .all(|w| w.resource != Resource::TerraformMachinePools),
+        "/readyz does not list it as down"
+    );
+    assert_eq!(
+        skipping.calls(POOLS, false) + skipping.calls(POOLS, true),
+        0
+    );
+    skipping.assert_only_get();
+}

@@ -431,6 +431,17 @@ mod tests {
     }
 
     #[test]
+    fn a_resource_never_registered_is_not_watched_and_has_no_say_in_readiness() {
+        // What --skip-resources leaves: its watch is never registered.
+        let h = Health::new();
+        let leases = h.register(Resource::Leases, "");
+        h.on_synced(leases);
+        assert!(h.ready(), "the skipped pools do not hold readiness back");
+        assert!(!h.is_watched(Resource::TerraformMachinePools));
+        assert!(h.not_up().is_empty(), "a skipped resource is not down");
+    }
+
+    #[test]
     fn a_watch_that_never_listed_is_never_up_but_settles_readiness_on_404_and_403() {
         let h = Health::new();
         let pools = h.register(Resource::TerraformMachinePools, "");

@@ -54,9 +54,23 @@ pub fn spawn_all(
     scopes: Vec<Option<String>>,
     timing: Timing,
 ) -> Vec<(String, tokio::task::JoinHandle<()>)> {
+    spawn_watches(client, shared, scopes, &Resource::ALL, timing)
+}
+
+/// Spawns the watches of `resources` only (`--skip-resources` leaves the
+/// others out) for the namespaces in `scopes`. A resource left out is never
+/// registered with [`Shared::health`], so it has no `watch_up` series, no
+/// error counters and no say in readiness.
+pub fn spawn_watches(
+    client: Client,
+    shared: Arc<Shared>,
+    scopes: Vec<Option<String>>,
+    resources: &[Resource],
+    timing: Timing,
+) -> Vec<(String, tokio::task::JoinHandle<()>)> {
     let mut tasks = Vec::new();
     for scope in scopes {
-        for resource in Resource::ALL {
+        for &resource in resources {
             shared
                 .health
                 .register(resource, scope.as_deref().unwrap_or(""));

@@ -12,7 +12,8 @@ that shows which format Prometheus asked for and got.
 
 Objects (namespace/kind/name):
   team-a/TerraformMachine/bastion      foreign lock by alice@alice-laptop, own lockTimeoutSeconds 5
-                                       -> CAPTFStateLockForeignOverdue fires; released -> resolves
+                                       -> CAPTFStateLockForeignOverdue (warning) fires; released ->
+                                       kept firing (keep_firing_for 10m) although its series are gone
   team-a/TerraformMachine/db           ForceUnlocked Event written after the exporter started, then
                                        locked by the new runner (own_live)  -> CAPTFForceUnlocks
   team-b/TerraformMachinePool/pool     lock of its own runner pod, which does not exist (own_stale)
@@ -189,7 +190,10 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
     shipped_rules = {r["name"]: r for r in groups[JOB]["rules"]}
     assert set(shipped_rules) == {A_OVERDUE, A_FORCE, A_STALE, "CAPTFStateLockHeldTooLong",
                                   "CAPTFLockExporterDown", "CAPTFLockExporterWatchDown",
-                                  "CAPTFStateLockVerdictMismatch"}, set(shipped_rules)
+                                  "CAPTFStateLockVerdictMismatch", "CAPTFStateLockUnverified"}, set(shipped_rules)
+    # ForeignOverdue is two rules (warning at lockTimeoutSeconds, critical an hour later).
+    assert sorted(r["labels"]["severity"] for r in groups[JOB]["rules"] if r["name"] == A_OVERDUE) == [
+        "critical", "warning"], groups[JOB]["rules"]
     for r in groups[JOB + DERIVED_GROUP_SUFFIX]["rules"]:
         orig = shipped_rules[r["name"]]
         assert r["query"] == orig["query"], (r["name"], r["query"], orig["query"])
@@ -359,10 +363,11 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
     dash_report = stack.check_dashboards(pins={k: FORCED[k] for k in ("namespace", "kind", "name")})
     summary.extend(dash_report)
 
-    # ---- 6. ForeignOverdue fires (shipped rule, for 1m), then resolves on release -------------
+    # ---- 6. ForeignOverdue fires (shipped rule, for 1m), and keeps firing after the release ----
     fo = clock.wait(f"webhook: {A_OVERDUE} firing for bastion (shipped rule, for 1m)",
                     lambda: webhook.find(A_OVERDUE, "firing", **FOREIGN), FOREIGN_TIMEOUT_S + 60 + 40)
-    _check_alert(fo, A_OVERDUE, FOREIGN, "critical")
+    # The warning of the severity ladder; the critical rule needs the lock an hour past its timeout.
+    _check_alert(fo, A_OVERDUE, FOREIGN, "warning")
     assert fo.labels.get("holder") == ALICE and fo.labels.get("class") == "foreign", fo.labels
     assert fo.labels.get("lock_id") == foreign_info["ID"] and fo.labels.get("operation") == "OperationTypePlan"
     assert ALICE in fo.alert["annotations"]["summary"] and ALICE in fo.alert["annotations"]["description"]
@@ -382,10 +387,18 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
     trig["release"] = (time.monotonic(), time.time())
     kube.release_lock(NS_A, lease_name(state_suffix(NS_A, M, "bastion")))
     log("TRIGGER release of bastion's lock (holderIdentity cleared, lock-info annotation removed)")
-    fr = clock.wait(f"webhook: {A_OVERDUE} RESOLVED for bastion",
-                    lambda: webhook.find(A_OVERDUE, "resolved", **FOREIGN), 30)
-    assert fr.labels == fo.labels, (fr.labels, fo.labels)
-    resolved_ends = parse_rfc3339(fr.alert["endsAt"])
+    # keep_firing_for (10m) holds the alert across a gap: once every replica's scrape has lost the
+    # lock's series, Prometheus still reports the alert firing with the same labels, and the webhook
+    # gets no resolve during this run (it would 10 minutes after the release).
+    def released_but_firing() -> bool:
+        gone = prom.query(f"captf_state_lock_info{sel(FOREIGN)}") == []
+        firing = [a for a in prom.alerts() if a["labels"].get("alertname") == A_OVERDUE
+                  and a["labels"].get("name") == "bastion" and a["state"] == "firing"]
+        return gone and len(firing) == 1 and firing[0]["labels"] == fo.labels
+    clock.wait(f"{A_OVERDUE} still firing for bastion in Prometheus after its series are gone",
+               released_but_firing, 30)
+    trig["kept"] = (time.monotonic(), time.time())
+    assert not webhook.find(A_OVERDUE, "resolved", **FOREIGN), "resolved within keep_firing_for"
 
     # ---- 7. silence where there must be silence ----------------------------------------------
     web_alerts = prom.query(f'count_over_time(ALERTS{{namespace="{NS_A}",name="web"}}[10m])')
@@ -394,7 +407,7 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
     delivered = collections.Counter((a.labels.get("alertname"), a.labels.get("name"), a.status)
                                     for a in webhook.alerts())
     expected = {(A_FORCE, "db", "firing"), (A_STALE, "pool", "firing"),
-                (A_OVERDUE, "bastion", "firing"), (A_OVERDUE, "bastion", "resolved")}
+                (A_OVERDUE, "bastion", "firing")}
     # Pages once: each expected (alert, object, status) delivered exactly once, also with two
     # replicas reporting every lock (the rules aggregate the per-target labels away).
     assert delivered == collections.Counter(expected), (
@@ -447,19 +460,20 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
         f"read 2, so the shipped description says \"at least once\" and prints no count. promtool's "
         f"tests never hit it: their series start long before the increment")
     notes.append(
-        f"{A_OVERDUE} resolved: release at {utc(trig['release'][1])}, endsAt {utc(resolved_ends)} "
-        f"(+{resolved_ends - trig['release'][1]:.2f}s): the series vanish at the next scrape (staleness "
-        f"marker) and the rule resolves at the next evaluation; promtool only shows firing alerts, so "
-        f"resolution is only seen here")
+        f"{A_OVERDUE} after the release at {utc(trig['release'][1])}: the series vanished at the next "
+        f"scrape and Prometheus kept the alert firing (keep_firing_for 10m), seen "
+        f"{trig['kept'][1] - trig['release'][1]:.2f}s after the release; no resolve was delivered "
+        f"during the run")
     first_up = min(float(m["values"][0][0]) for m in prom.matrix(f'up{{job="{JOB}"}}[10m]'))
     down = prom.query('count_over_time(ALERTS{alertname="CAPTFLockExporterDown",alertstate="pending"}[10m])')
     down_n = int(float(down[0]["value"][1])) if down else 0
+    # No absent(): before the first scrape there is no `up` of the job, and nothing to alert on.
+    assert down_n == 0, f"CAPTFLockExporterDown was pending for {down_n} evaluations before the first scrape"
     notes.append(
         f"first scrape of the exporter {first_up - prom_t0:.2f}s after Prometheus started (the scrape "
         f"manager applies discovered targets on a 5 s tick), while rules were evaluated every second "
-        f"from the start: CAPTFLockExporterDown's absent(up) branch was PENDING for {down_n} "
-        f"evaluation(s) with no `up` series yet; `for: 5m` kept it silent. promtool tests start with "
-        f"their input series present, so they never show this start-up window")
+        f"from the start: CAPTFLockExporterDown was never pending in that window (no absent() branch; "
+        f"its 'no target left' branch needs an earlier `up` of the job)")
     st_starts = parse_rfc3339(st.alert["startsAt"])
     notes.append(f"{A_STALE} (test copy): startsAt {utc(st_starts)}, "
                  f"{st_starts - trig['stale'][1]:.2f}s after the lock was written "
@@ -481,7 +495,7 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
         f"{A_OVERDUE:30} foreign lock written -> webhook firing {lat('foreign', fo):6.2f}s  "
         f"(lockTimeoutSeconds {FOREIGN_TIMEOUT_S} + shipped `for` 1m; overdue seen in Prometheus "
         f"{overdue_seen[0] - trig['foreign'][0]:.2f}s after the write)",
-        f"{A_OVERDUE:30} lock released -> webhook resolved      {lat('release', fr):6.2f}s",
+        f"{A_OVERDUE:30} lock released -> seen kept firing      {trig['kept'][0] - trig['release'][0]:6.2f}s",
     ]
     print(f"\n==================== e2e summary ({flavor.id}) ====================")
     print(f"stack: Prometheus {versions['prometheus']} ({tools['prometheus']}), promtool {versions['promtool']}, "

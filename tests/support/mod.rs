@@ -269,6 +269,31 @@ pub fn start_on(
     ));
 }
 
+/// The exporter's watchers of `resources` only (as `--skip-resources`
+/// leaves them) and its verifier, on `api`.
+pub fn start_watching(
+    api: &FakeApi,
+    resources: &[captf_lock_exporter::index::Resource],
+) -> Arc<Shared> {
+    let (shared, rx) = Shared::new();
+    let client = api.client();
+    watch::spawn_watches(
+        client.clone(),
+        shared.clone(),
+        vec![None],
+        resources,
+        watch::Timing::DEFAULT,
+    );
+    tokio::spawn(verify::run(
+        shared.clone(),
+        client,
+        rx,
+        Duration::from_secs(3600),
+        100,
+    ));
+    shared
+}
+
 pub fn scrape(shared: &Arc<Shared>) -> String {
     render(shared, Format::Prometheus).expect("renders")
 }
