@@ -1,6 +1,7 @@
 """Checks of rendered objects (RBAC, pods, ports, workload, dashboards, rules) for check_chart.py."""
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -146,6 +147,8 @@ def check_workload(objs: list[dict[str, Any]], values: dict[str, Any], merged: d
     want_args = [f"--listen-address={listen}"]
     if merged["watchNamespaces"]:
         want_args.append("--namespaces=" + ",".join(merged["watchNamespaces"]))
+    if merged["skipResources"]:
+        want_args.append("--skip-resources=" + ",".join(merged["skipResources"]))
     want_args += [f"--log-format={merged['logFormat']}", f"--log-level={merged['logLevel']}", *merged["extraArgs"]]
     expect(c["args"] == want_args, f"args {c['args']} != {want_args}")
     sa_name = pod["serviceAccountName"]
@@ -170,6 +173,8 @@ def check_workload(objs: list[dict[str, Any]], values: dict[str, Any], merged: d
         eps = sm["spec"]["endpoints"]
         expect([e["port"] for e in eps] == ["metrics"] and eps[0]["path"] == "/metrics", "ServiceMonitor endpoint is not port metrics, /metrics")
         expect(eps[0]["honorLabels"] is merged["serviceMonitor"]["honorLabels"], "honorLabels")
+        limit = merged["serviceMonitor"]["sampleLimit"]
+        expect(sm["spec"].get("sampleLimit", 0) == limit, f"ServiceMonitor sampleLimit {sm['spec'].get('sampleLimit')} != {limit}")
         jl = sm["spec"].get("jobLabel")
         if jl:
             expect(jl in svc["metadata"]["labels"], f"jobLabel {jl} is not a label of the Service")
@@ -229,3 +234,150 @@ def compare_dashboards(objs: list[dict[str, Any]], files: list[Path]) -> str:
 
 # --------------------------------------------------------------------------
 # External validators
+
+
+# --------------------------------------------------------------------------
+# Issue 18: high availability defaults and the PrometheusRule from values
+
+RUNBOOK_PREFIX = "https://github.com/captf-io/captf-lock-exporter/blob/main/README.md"
+GRAFANA_PREFIX = "https://grafana.example/"
+JOB_MATCHER = 'job=~".*captf-lock-exporter.*"'
+
+
+def check_availability(objs: list[dict[str, Any]], merged: dict[str, Any]) -> str:
+    """replicas, the PodDisruptionBudget and the hostname spread as the values ask."""
+    dep = one(objs, "Deployment")
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    pod = dep["spec"]["template"]["spec"]
+    expect(dep["spec"]["replicas"] == merged["replicaCount"], f"replicas {dep['spec']['replicas']} != {merged['replicaCount']}")
+    pdbs = by_kind(objs, "PodDisruptionBudget")
+    want = merged["podDisruptionBudget"]
+    notes = [f"{dep['spec']['replicas']} replicas"]
+    if want["enabled"]:
+        expect(len(pdbs) == 1, f"expected one PodDisruptionBudget, found {len(pdbs)}")
+        spec = pdbs[0]["spec"]
+        expect(spec["selector"]["matchLabels"].items() <= pod_labels.items(), "PodDisruptionBudget selector does not match the pods")
+        key = "maxUnavailable" if want["maxUnavailable"] not in ("", None) else "minAvailable"
+        other = "minAvailable" if key == "maxUnavailable" else "maxUnavailable"
+        expect(spec.get(key) == want[key] and other not in spec, f"PodDisruptionBudget {spec} != {key}: {want[key]}")
+        notes.append(f"PDB {key} {spec[key]}")
+    else:
+        expect(not pdbs, "podDisruptionBudget.enabled is false but a PodDisruptionBudget was rendered")
+    tsc = pod.get("topologySpreadConstraints", [])
+    spread = merged["topologySpread"]
+    if spread["enabled"]:
+        expect(bool(tsc), "no topologySpreadConstraints")
+        c = tsc[0]
+        expect(c["topologyKey"] == spread["topologyKey"] and c["maxSkew"] == spread["maxSkew"]
+               and c["whenUnsatisfiable"] == spread["whenUnsatisfiable"], f"spread constraint {c} != values {spread}")
+        sel = c["labelSelector"]["matchLabels"]
+        expect(sel.items() <= pod_labels.items() and "app.kubernetes.io/instance" in sel,
+               f"spread labelSelector {sel} does not select this release's pods")
+        notes.append(f"spread {c['topologyKey']} {c['whenUnsatisfiable']}")
+    expect(tsc[1 if spread["enabled"] else 0:] == merged["topologySpreadConstraints"],
+           "topologySpreadConstraints from values are not appended as given")
+    return ", ".join(notes)
+
+
+def check_ha_defaults(merged: dict[str, Any]) -> str:
+    """The defaults themselves (issue 18): two replicas, a PDB, a hostname spread that never blocks."""
+    expect(merged["replicaCount"] == 2, f"default replicaCount {merged['replicaCount']}, want 2")
+    pdb = merged.get("podDisruptionBudget") or {}
+    expect(pdb.get("enabled") is True and pdb.get("maxUnavailable") == 1,
+           f"default podDisruptionBudget {pdb}, want enabled with maxUnavailable 1")
+    spread = merged.get("topologySpread") or {}
+    expect(spread.get("enabled") is True and spread.get("topologyKey") == "kubernetes.io/hostname"
+           and spread.get("whenUnsatisfiable") == "ScheduleAnyway",
+           f"default topologySpread {spread}, want kubernetes.io/hostname, ScheduleAnyway")
+    return "2 replicas, PDB maxUnavailable 1, hostname spread ScheduleAnyway"
+
+
+def transform_rule_groups(groups: list[Any], pr: dict[str, Any]) -> list[Any]:
+    """The source groups as the values should change them (the template's rules, written again)."""
+    out = []
+    for g in copy.deepcopy(groups):
+        rules = []
+        for r in g.get("rules", []):
+            if (r.get("alert") or r.get("record")) in pr["disabledRules"]:
+                continue
+            if isinstance(r.get("expr"), str):
+                r["expr"] = r["expr"].replace(JOB_MATCHER, pr["jobSelector"])
+            if pr["additionalRuleLabels"]:
+                r["labels"] = {**pr["additionalRuleLabels"], **(r.get("labels") or {})}
+            if r.get("annotations"):
+                ann = {}
+                for k, v in r["annotations"].items():
+                    if isinstance(v, str):
+                        if pr["runbookBaseUrl"]:
+                            v = v.replace(RUNBOOK_PREFIX, pr["runbookBaseUrl"].rstrip("/"))
+                        if GRAFANA_PREFIX in v:
+                            if not pr["grafanaUrl"]:
+                                continue
+                            v = v.replace(GRAFANA_PREFIX, pr["grafanaUrl"].rstrip("/") + "/")
+                    ann[k] = v
+                r["annotations"] = ann
+            rules.append(r)
+        if rules:
+            g["rules"] = rules
+            out.append(g)
+    return out
+
+
+def compare_transformed_rules(rendered_groups: Any, files: list[Path], merged: dict[str, Any]) -> str:
+    """Rendered == the source files changed only as the values ask."""
+    want = transform_rule_groups(parsed_groups(files), merged["prometheusRule"])
+    if rendered_groups != want:
+        for i, (a, b) in enumerate(zip(rendered_groups or [], want)):
+            for j, (ra, rb) in enumerate(zip(a.get("rules", []), b.get("rules", []))):
+                if ra != rb:
+                    raise Fail(f"group {i} rule {j} ({rb.get('alert') or rb.get('record')}) differs:\n"
+                               f"  rendered {json.dumps(ra)[:500]}\n  expected {json.dumps(rb)[:500]}")
+            if a != b:
+                raise Fail(f"group {i} differs: {len(a.get('rules', []))} rendered rules, {len(b.get('rules', []))} expected")
+        raise Fail(f"{len(rendered_groups or [])} rendered groups, {len(want)} expected")
+    n = sum(len(g["rules"]) for g in want)
+    return f"{n} rules = the source's, changed only as the values ask"
+
+
+def check_rule_values(rendered_groups: list[Any], files: list[Path], merged: dict[str, Any]) -> str:
+    """What each value must visibly do, asserted on the render itself."""
+    pr = merged["prometheusRule"]
+    src = [r for g in parsed_groups(files) for r in g.get("rules", [])]
+    rules = [r for g in rendered_groups for r in g.get("rules", [])]
+    names = [r.get("alert") or r.get("record") for r in rules]
+    for d in pr["disabledRules"]:
+        expect(d not in names, f"disabled rule {d} is still rendered")
+    expect(len(rules) == len(src) - len(pr["disabledRules"]),
+           f"{len(rules)} rules rendered, want {len(src)} - {len(pr['disabledRules'])} disabled")
+    # One alert name may have several rules (a severity ladder): pair them by position.
+    kept = [s for s in src if (s.get("alert") or s.get("record")) not in pr["disabledRules"]]
+    for r, s in zip(rules, kept):
+        name = r.get("alert") or r.get("record")
+        expect(name == (s.get("alert") or s.get("record")), f"rendered rule {name} where the source has {s.get('alert') or s.get('record')}")
+        for k, v in pr["additionalRuleLabels"].items():
+            want = (s.get("labels") or {}).get(k, v)
+            expect((r.get("labels") or {}).get(k) == want, f"{name}: label {k}={want!r} missing")
+        ann = r.get("annotations") or {}
+        text = json.dumps(ann)
+        expect(GRAFANA_PREFIX not in text, f"{name}: the placeholder {GRAFANA_PREFIX} is left in its annotations")
+        if pr["runbookBaseUrl"]:
+            expect(RUNBOOK_PREFIX not in text, f"{name}: the project's runbook URL is left although runbookBaseUrl is set")
+            if "runbook_url" in ann:
+                expect(ann["runbook_url"].startswith(pr["runbookBaseUrl"].rstrip("/") + "#"), f"{name}: runbook_url {ann['runbook_url']}")
+        if "dashboard_url" in ann:
+            expect(bool(pr["grafanaUrl"]) and ann["dashboard_url"].startswith(pr["grafanaUrl"].rstrip("/") + "/d/captf-state-lock-object/"),
+                   f"{name}: dashboard_url {ann['dashboard_url']} does not open {pr['grafanaUrl']}'s object dashboard")
+        if pr["jobSelector"] != JOB_MATCHER and isinstance(r.get("expr"), str):
+            expect(JOB_MATCHER not in r["expr"], f"{name}: {JOB_MATCHER} left in expr although jobSelector is {pr['jobSelector']}")
+    with_dash = [r for r in src if GRAFANA_PREFIX in json.dumps(r.get("annotations") or {})]
+    rendered_dash = [r for r in rules if "dashboard_url" in (r.get("annotations") or {})]
+    if pr["grafanaUrl"]:
+        live = [r for r in with_dash if (r.get("alert") or r.get("record")) not in pr["disabledRules"]]
+        expect(len(rendered_dash) == len(live), f"{len(rendered_dash)} rules with dashboard_url, want {len(live)}")
+    else:
+        expect(not rendered_dash, "grafanaUrl is empty but a dashboard_url annotation is rendered")
+    templated = sum(1 for r in rules if "{{ $labels" in json.dumps(r.get("annotations") or {}))
+    expect(templated > 0, "no Prometheus {{ $labels }} template reached the output")
+    return (f"{len(rules)} rules; labels {sorted(pr['additionalRuleLabels'])}, disabled {pr['disabledRules']}, "
+            f"{len(rendered_dash)} dashboard_url, runbook {'replaced' if pr['runbookBaseUrl'] else 'as in the file'}, "
+            f"job selector {pr['jobSelector']}")

@@ -63,10 +63,12 @@ ALL_ON = {
     "serviceMonitor": {
         "enabled": True,
         "labels": {"release": "kube-prometheus-stack"},
+        "sampleLimit": 1000000,
         "relabelings": [{"action": "replace", "targetLabel": "cluster", "replacement": "management"}],
         "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"], "regex": "go_.*"}],
     },
     "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "skipResources": ["terraformmachinepools", "clusters"],
     "dashboards": {"enabled": True, "labels": {"example.com/dash": "yes"}, "annotations": {"grafana_folder": "CAPTF"}},
     "networkPolicy": {
         "enabled": True,
@@ -80,9 +82,26 @@ ALL_ON = {
         },
     },
 }
+# Issue 18: the PrometheusRule rendered from values, and availability knobs turned.
+RULES = {
+    "replicaCount": 3,
+    "podDisruptionBudget": {"maxUnavailable": "", "minAvailable": "50%"},
+    "topologySpread": {"whenUnsatisfiable": "DoNotSchedule", "topologyKey": "topology.kubernetes.io/zone"},
+    "prometheusRule": {
+        "enabled": True,
+        "labels": {"release": "kube-prometheus-stack"},
+        "additionalRuleLabels": {"team": "platform", "severity": "not-this"},
+        "disabledRules": ["CAPTFForceUnlocks"],
+        "runbookBaseUrl": "https://wiki.example.org/runbooks/captf/",
+        "grafanaUrl": "https://grafana.example.org/",
+        "jobSelector": 'job="lock-exporter"',
+    },
+}
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
     "all-on": ALL_ON,
+    "rules": RULES,
+    "single": {"replicaCount": 1, "podDisruptionBudget": {"enabled": False}, "topologySpread": {"enabled": False}},
     "namespaced": {"watchNamespaces": ["team-a", "team-b"], "logFormat": "text", "logLevel": "debug"},
     "misc": {
         "fullnameOverride": "lock-exporter",
@@ -109,6 +128,14 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "serviceMonitor.interval: often": {"serviceMonitor": {"interval": "often"}},
     "dashboards.labelValue: 1 (a number)": {"dashboards": {"labelValue": 1}},
     "extraArgs: [-v] (not a --flag)": {"extraArgs": ["-v"]},
+    "skipResources: [leases]": {"skipResources": ["leases"]},
+    "skipResources: [machines]": {"skipResources": ["machines"]},
+    "podDisruptionBudget.maxUnavailable: lots": {"podDisruptionBudget": {"maxUnavailable": "lots"}},
+    "topologySpread.whenUnsatisfiable: Sometimes": {"topologySpread": {"whenUnsatisfiable": "Sometimes"}},
+    "prometheusRule.jobSelector: captf (not a matcher)": {"prometheusRule": {"jobSelector": "captf"}},
+    "prometheusRule.grafanaUrl: grafana.local (no scheme)": {"prometheusRule": {"grafanaUrl": "grafana.local"}},
+    "prometheusRule.additionalRuleLabels: a number": {"prometheusRule": {"additionalRuleLabels": {"team": 1}}},
+    "serviceMonitor.sampleLimit: -1": {"serviceMonitor": {"sampleLimit": -1}},
 }
 
 

@@ -33,7 +33,14 @@ from chart_common import (
     one,
     parsed_groups,
 )
-from chart_checks import check_pod_hardening, check_pod_ports, check_rbac_rules, compare_rule_groups
+from chart_checks import (
+    check_pod_hardening,
+    check_pod_ports,
+    check_rbac_rules,
+    check_rule_values,
+    compare_rule_groups,
+    transform_rule_groups,
+)
 
 
 def kubernetes_validate(objs: list[dict[str, Any]], workdir: Path, label: str) -> str:
@@ -260,6 +267,16 @@ def self_tests(objs_all_on: list[dict[str, Any]], r: Runner) -> None:
         g = copy.deepcopy(groups); g[0]["rules"][0]["expr"] += " > 0"
         cases["rule expr drift"] = lambda: compare_rule_groups(g, fx)
         cases["missing group"] = lambda: compare_rule_groups(groups[:-1], fx)
+        first = groups[0]["rules"][0].get("alert")
+        pr = {"additionalRuleLabels": {"team": "x"}, "disabledRules": [first], "runbookBaseUrl": "https://wiki.example.org",
+              "grafanaUrl": "https://g.example.org", "jobSelector": 'job="x"'}
+        merged = {"prometheusRule": pr}
+        good = transform_rule_groups(groups, pr)
+        check_rule_values(good, fx, merged)  # the transformed groups must pass, or the cases prove nothing
+        nolabel = copy.deepcopy(good); nolabel[0]["rules"][0]["labels"].pop("team")
+        cases["rule label dropped"] = lambda: check_rule_values(nolabel, fx, merged)
+        cases["disabled rule rendered"] = lambda: check_rule_values(transform_rule_groups(groups, {**pr, "disabledRules": []}), fx, merged)
+        cases["runbook URL not replaced"] = lambda: check_rule_values(transform_rule_groups(groups, {**pr, "runbookBaseUrl": ""}), fx, merged)
         failed = [n for n, fn in cases.items() if not must_fail(fn)]
         expect(not failed, f"checks accepted broken input: {failed}")
         return f"{len(cases)} broken inputs rejected"

@@ -56,7 +56,11 @@ from chart_common import (
     source_files,
 )
 from chart_checks import (
+    check_availability,
     check_dashboards_labels,
+    check_ha_defaults,
+    check_rule_values,
+    compare_transformed_rules,
     check_generic,
     check_rbac,
     check_workload,
@@ -138,11 +142,31 @@ def main() -> int:
             return f"{where}: " + ", ".join(sorted(ident(o) for o in objs))
         r.run(f"render [{name}]", do_render)
 
+    def rules_with_defaults() -> str:
+        # Only prometheusRule.enabled: every rule of the files, the text
+        # unchanged except that the dashboard_url (placeholder Grafana) goes.
+        objs = objects_of(render(charts.real, {"prometheusRule": {"enabled": True}}))
+        pr = one(objs, "PrometheusRule")
+        with go_stderr_filtered():
+            with helm.Chart.load(charts.real) as ch:
+                merged = ch.merge_values({"prometheusRule": {"enabled": True}})
+        compare_transformed_rules(pr["spec"]["groups"], source_files("alerts"), merged)
+        promtool_check(pr["spec"], tmp, "default-rules")
+        return check_rule_values(pr["spec"]["groups"], source_files("alerts"), merged)
+
     for name, (objs, merged, chart_dir) in rendered.items():
         values = charts.values_for(name, VARIANTS.get(name, ALL_ON))[1]
         r.run(f"[{name}] names, namespaces, labels, no duplicates", lambda objs=objs: check_generic(objs))
         r.run(f"[{name}] Deployment hardening, probes, args, Service/ServiceMonitor/NetworkPolicy wiring",
               lambda objs=objs, values=values, merged=merged: check_workload(objs, values, merged, chart_meta))
+        r.run(f"[{name}] replicas, PodDisruptionBudget and topology spread from values",
+              lambda objs=objs, merged=merged: check_availability(objs, merged))
+        if name == "default":
+            r.run("[default] two replicas, a PodDisruptionBudget and a hostname spread by default",
+                  lambda merged=merged: check_ha_defaults(merged))
+            if charts.present["alerts"]:
+                r.run("[default] prometheusRule.enabled: the rules as in alerts/*.rules.yaml, dashboard_url left out",
+                      lambda: rules_with_defaults())
         sa = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
         r.run(f"[{name}] RBAC is get/list/watch on exactly the contract's list",
               lambda objs=objs, merged=merged, sa=sa: check_rbac(objs, merged, sa))
@@ -157,8 +181,10 @@ def main() -> int:
                   lambda pr=pr, name=name: promtool_check(pr["spec"], tmp, name))
             src = source_files("alerts") if charts.present["alerts"] else fixture_files("alerts")
             label = "alerts/*.rules.yaml" if charts.present["alerts"] else "the fixture placeholders (template mechanics only)"
-            r.run(f"[{name}] PrometheusRule groups equal {label}",
-                  lambda pr=pr, src=src: compare_rule_groups(pr["spec"]["groups"], src))
+            r.run(f"[{name}] PrometheusRule groups equal {label}, changed only as the values ask",
+                  lambda pr=pr, src=src, merged=merged: compare_transformed_rules(pr["spec"]["groups"], src, merged))
+            r.run(f"[{name}] PrometheusRule: rule labels, disabled rules, runbook and Grafana URLs, job selector from values",
+                  lambda pr=pr, src=src, merged=merged: check_rule_values(pr["spec"]["groups"], src, merged))
         if by_kind(objs, "ConfigMap"):
             r.run(f"[{name}] dashboard ConfigMaps labelled for the Grafana sidecar",
                   lambda objs=objs, merged=merged: check_dashboards_labels(objs, merged))

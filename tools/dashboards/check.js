@@ -34,6 +34,19 @@ const DASH_DIR = path.join(ROOT, "dashboards");
 const DS_REF = { type: "prometheus", uid: "${datasource}" };
 const RATE_SENTINEL = "17m17s"; // stands for $__rate_interval while checking
 const RANGE_SENTINEL = "19m19s"; // stands for $__range while checking
+const INTERVAL_SENTINEL = "13m13s"; // stands for $__interval (the step) while checking
+// A query may return at most this many series per object (topk(N, ...)): at
+// 100k objects an unbounded per-object query returns ~10k rows (held locks)
+// or 100k (known objects) to the browser.
+const MAX_ROWS = 500;
+// What identifies one exporter installation (its replicas share all three):
+// the fleet's cluster, the namespace a ServiceMonitor's target carries (the
+// exporter's own series without a namespace label keep it under honorLabels)
+// and the scrape job. The alerts group by the same labels.
+const INSTALLATION = ["cluster", "namespace", "job"];
+// Aggregated across replicas with max only, as the alerts do (a watch is down
+// when no replica has it; data is as old as the freshest replica's).
+const MAX_ACROSS_REPLICAS = new Set(["captf_lock_exporter_watch_up", "captf_lock_exporter_watch_last_success_timestamp_seconds", "up"]);
 // Labels every series may carry whatever its metric: the scrape target's, and
 // `cluster`, the external label a fleet's Prometheus servers add.
 const TARGET_LABELS = new Set(["job", "instance", "cluster"]);
@@ -74,6 +87,7 @@ function runCheck(what, fn) {
 
 function loadMetrics() {
   const metrics = new Map(); // name -> Set(labels)
+  metrics.sections = new Map(); // name -> section
   let section = null;
   const file = path.join(HERE, "metrics.txt");
   fs.readFileSync(file, "utf8").split("\n").forEach((line, i) => {
@@ -88,6 +102,7 @@ function loadMetrics() {
     const [name, ...labels] = line.split(/\s+/);
     if (metrics.has(name)) throw new Error(`${file}:${i + 1}: ${name} listed twice`);
     metrics.set(name, new Set(labels));
+    metrics.sections.set(name, section);
   });
   return metrics;
 }
@@ -282,9 +297,25 @@ function analyse(expr, tree) {
   const grouping = []; // label names in by/without/on/ignoring/group_x
   const ranges = []; // duration text of range and subquery selectors
   const created = new Set(); // labels made by label_replace / label_join / count_values
+  const aggregates = []; // {op, modifier: "by"|"without"|null, labels, metrics: selectors directly inside}
+  const offsets = []; // duration text of offset modifiers
   const problems = [];
   const visit = (node) => {
     const n = node;
+    if (n.name === "AggregateExpr") {
+      const mod = n.getChild("AggregateModifier");
+      const labels = [];
+      if (mod) for (let c = mod.getChild("GroupingLabels") && mod.getChild("GroupingLabels").firstChild; c; c = c.nextSibling) if (c.name === "LabelName") labels.push(text(c));
+      aggregates.push({
+        op: text(n.getChild("AggregateOp")),
+        modifier: mod ? (mod.getChild("By") ? "by" : "without") : null,
+        labels,
+        metrics: directMetrics(expr, n.getChild("FunctionCallBody")),
+      });
+    } else if (n.name === "OffsetExpr") {
+      const dur = n.getChild("OffsetDurationExpr");
+      if (dur) offsets.push(text(dur));
+    }
     if (n.name === "VectorSelector") {
       const sel = { metric: null, matchers: [] };
       for (let c = n.firstChild; c; c = c.nextSibling) {
@@ -330,20 +361,149 @@ function analyse(expr, tree) {
     for (let c = n.firstChild; c; c = c.nextSibling) visit(c);
   };
   visit(tree.topNode);
-  return { selectors, grouping, ranges, created, problems };
+  return { selectors, grouping, ranges, created, aggregates, offsets, problems };
+}
+
+// The metric a VectorSelector names (Identifier or __name__="...").
+function selectorMetric(expr, n) {
+  const id = n.getChild("Identifier");
+  if (id) return expr.slice(id.from, id.to);
+  let found = null;
+  const ms = n.getChild("LabelMatchers");
+  for (let m = ms && ms.firstChild; m; m = m.nextSibling) {
+    if (m.name !== "UnquotedLabelMatcher") continue;
+    const l = m.getChild("LabelName");
+    if (l && expr.slice(l.from, l.to) === "__name__") {
+      const v = m.getChild("StringLiteral");
+      found = unquote(expr.slice(v.from, v.to));
+    }
+  }
+  return found;
+}
+
+// Metrics selected inside `node` without crossing another aggregation: the
+// series an aggregation combines itself.
+function directMetrics(expr, node) {
+  const out = [];
+  const walk = (n) => {
+    if (!n) return;
+    if (n.name === "AggregateExpr") return;
+    if (n.name === "VectorSelector") {
+      const m = selectorMetric(expr, n);
+      if (m) out.push(m);
+      return;
+    }
+    for (let c = n.firstChild; c; c = c.nextSibling) walk(c);
+  };
+  for (let c = node && node.firstChild; c; c = c.nextSibling) walk(c);
+  return out;
+}
+
+const EXPR_NODES = new Set(["AggregateExpr", "BinaryExpr", "FunctionCall", "MatrixSelector", "NumberDurationLiteral", "OffsetExpr",
+  "ParenExpr", "StringLiteral", "SubqueryExpr", "UnaryExpr", "VectorSelector", "StepInvariantExpr"]);
+const exprChildren = (n) => {
+  const out = [];
+  for (let c = n.firstChild; c; c = c.nextSibling) {
+    if (EXPR_NODES.has(c.name)) out.push(c);
+    else if (c.name === "FunctionCallBody") out.push(...exprChildren(c));
+  }
+  return out;
+};
+
+// Whether an expression returns a bounded number of series whatever the
+// fleet's size: not one per object, unless cut by topk/bottomk/limitk or by
+// a filter on one object (name="..."), or joined with `and` to such a set.
+// Series per installation, per class, per kind or per namespace are bounded.
+function isBounded(expr, node, metrics) {
+  const text = (n) => expr.slice(n.from, n.to);
+  const isScalar = (n) => {
+    if (n.name === "NumberDurationLiteral") return true;
+    if (n.name === "FunctionCall") return ["time", "scalar", "pi"].includes(text(n.getChild("FunctionIdentifier")));
+    if (["ParenExpr", "UnaryExpr", "BinaryExpr"].includes(n.name)) return exprChildren(n).every(isScalar);
+    return false;
+  };
+  const rec = (n) => {
+    switch (n.name) {
+      case "PromQL":
+      case "ParenExpr":
+      case "UnaryExpr":
+      case "OffsetExpr":
+      case "MatrixSelector":
+      case "SubqueryExpr":
+      case "StepInvariantExpr":
+        return exprChildren(n).every(rec);
+      case "NumberDurationLiteral":
+      case "StringLiteral":
+        return true;
+      case "VectorSelector": {
+        const m = selectorMetric(expr, n);
+        if (!m || !metrics.has(m) || !metrics.get(m).has("name")) return true;
+        const ms = n.getChild("LabelMatchers");
+        for (let c = ms && ms.firstChild; c; c = c.nextSibling) {
+          if (c.name !== "UnquotedLabelMatcher") continue;
+          if (text(c.getChild("LabelName")) === "name" && text(c.getChild("MatchOp")) === "=") return true;
+        }
+        return false;
+      }
+      case "AggregateExpr": {
+        const op = text(n.getChild("AggregateOp"));
+        const args = exprChildren(n);
+        if (["topk", "bottomk", "limitk"].includes(op)) {
+          const k = args[0] && args[0].name === "NumberDurationLiteral" ? Number(text(args[0])) : NaN;
+          return (k > 0 && k <= MAX_ROWS) || args.slice(1).every(rec);
+        }
+        const mod = n.getChild("AggregateModifier");
+        if (!mod) return true; // one series (count_values aside)
+        if (mod.getChild("Without")) return args.every(rec);
+        const labels = [];
+        for (let c = mod.getChild("GroupingLabels").firstChild; c; c = c.nextSibling) if (c.name === "LabelName") labels.push(text(c));
+        return !labels.includes("name") || args.every(rec);
+      }
+      case "BinaryExpr": {
+        const [l, r] = exprChildren(n);
+        const op = ["And", "Or", "Unless"].find((o) => n.getChild(o));
+        if (op === "And") return rec(l) || rec(r);
+        if (op === "Or") return rec(l) && rec(r);
+        if (op === "Unless") return rec(l);
+        // With a scalar side the result has the other side's series.
+        if (isScalar(l)) return rec(r);
+        if (isScalar(r)) return rec(l);
+        const mm = n.getChild("MatchingModifierClause");
+        if (mm && mm.getChild("GroupLeft")) return rec(l);
+        if (mm && mm.getChild("GroupRight")) return rec(r);
+        return rec(l) || rec(r); // one-to-one: at most the smaller side
+      }
+      case "FunctionCall": {
+        const fn = text(n.getChild("FunctionIdentifier"));
+        if (["vector", "time", "scalar", "absent", "absent_over_time"].includes(fn)) return true;
+        return exprChildren(n).every(rec);
+      }
+      default:
+        return exprChildren(n).every(rec);
+    }
+  };
+  return rec(node);
 }
 
 // Replace Grafana's built-in interval variables; dashboard variables stay
 // (they may only appear inside label strings, where they parse as text).
 const withBuiltins = (raw) =>
-  raw.replace(/\$__rate_interval|\$\{__rate_interval\}/g, RATE_SENTINEL).replace(/\$__range\b|\$\{__range\}/g, RANGE_SENTINEL);
+  raw
+    .replace(/\$__rate_interval|\$\{__rate_interval\}/g, RATE_SENTINEL)
+    .replace(/\$__range\b|\$\{__range\}/g, RANGE_SENTINEL)
+    .replace(/\$__interval\b|\$\{__interval\}/g, INTERVAL_SENTINEL);
+
+// Series of one installation that carry no namespace of their own: under
+// honorLabels they keep the scrape target's namespace, the installation's.
+const installationLevel = (metrics, m) =>
+  metrics.has(m) && ["exporter", "prometheus"].includes(metrics.sections.get(m)) && !metrics.get(m).has("namespace");
 
 function semanticChecks(d, metrics, problems) {
   const j = d.json;
   const vars = new Map(varsOf(j).map((v) => [v.name, v]));
   const varIndex = new Map(varsOf(j).map((v, i) => [v.name, i]));
   // A variable query filters by the filter variables defined before it only.
-  const item = (where, raw, legendFormat, onlyVarsBefore, instant) => {
+  const item = (where, raw, legendFormat, onlyVarsBefore, instant, bars) => {
     const expr = withBuiltins(raw);
     const { tree, errs } = parseErrors(expr);
     if (errs.length) {
@@ -362,6 +522,7 @@ function semanticChecks(d, metrics, problems) {
       }
       const labels = metrics.get(s.metric);
       labels.forEach((l) => known.add(l));
+      if (installationLevel(metrics, s.metric)) known.add("namespace");
       for (const m of s.matchers) {
         if (!labels.has(m.label) && !TARGET_LABELS.has(m.label)) problems.push(`${where}: ${s.metric} has no label ${m.label}`);
       }
@@ -384,6 +545,29 @@ function semanticChecks(d, metrics, problems) {
           const v = vars.get(vm[1]);
           if (v && (v.multi || v.includeAll) && m.op !== "=~" && m.op !== "!~") problems.push(`${where}: multi-value variable $${vm[1]} needs =~, not ${m.op}`);
         }
+      }
+    }
+    // Bars: a window longer than the step overlaps the next bar's, so one
+    // event is counted in every bar whose window holds it (increase over
+    // $__rate_interval: in about $__rate_interval / step bars).
+    if (bars && a.ranges.length) {
+      problems.push(`${where}: a bars panel must not use a range selector ([${a.ranges.join("], [")}]): windows longer than the step count one event in several bars; show the growth since the previous bar (x - x offset $__interval)`);
+    }
+    for (const o of a.offsets) {
+      if (o !== INTERVAL_SENTINEL) problems.push(`${where}: offset ${o}: only offset $__interval (the previous bar) is used`);
+    }
+    if (onlyVarsBefore === undefined && !isBounded(expr, tree.topNode, metrics)) {
+      problems.push(`${where}: returns one series per object with no bound: cut it with topk(N, ...) (N <= ${MAX_ROWS}), or join it with "and on (...)" to such a set`);
+    }
+    for (const g of a.aggregates) {
+      const inst = g.metrics.filter((m) => installationLevel(metrics, m));
+      if (!inst.length) continue;
+      if ((g.op === "max" || g.op === "min") && !(g.modifier === "by" && INSTALLATION.every((l) => g.labels.includes(l)))) {
+        problems.push(`${where}: ${g.op} over the replicas of ${inst[0]} must keep each installation apart: ${g.op} by (${INSTALLATION.join(", ")}, ...), then sum or compare the installations`);
+      }
+      const maxOnly = inst.filter((m) => MAX_ACROSS_REPLICAS.has(m));
+      if (maxOnly.length && g.op !== "max" && !(g.op === "sum" && maxOnly.every((m) => m === "up")) && g.op !== "count") {
+        problems.push(`${where}: ${g.op} across the replicas of ${maxOnly[0]}: the alerts take max (a watch is down when no replica has it), so must the panel`);
       }
     }
     for (const r of a.ranges) {
@@ -414,9 +598,18 @@ function semanticChecks(d, metrics, problems) {
       }
     }
   }
+  // The overview says how old its data is (watch_last_success as an age).
+  if (j.uid === "captf-state-locks") {
+    const ages = [];
+    for (const { panel: p } of walkPanels(j.panels)) for (const t of p.targets || []) {
+      if (/time\(\)\s*-[^]*captf_lock_exporter_watch_last_success_timestamp_seconds/.test(t.expr || "")) ages.push(p.id);
+    }
+    if (!ages.length) problems.push("no panel shows the data age: time() - captf_lock_exporter_watch_last_success_timestamp_seconds");
+  }
   for (const { panel: p } of walkPanels(j.panels)) {
     for (const t of p.targets || []) {
-      if (typeof t.expr === "string") item(`panel ${p.id} ${JSON.stringify(p.title)} ${t.refId}`, t.expr, t.legendFormat, undefined, t.instant === true);
+      const bars = ((((p.fieldConfig || {}).defaults || {}).custom || {}).drawStyle) === "bars";
+      if (typeof t.expr === "string") item(`panel ${p.id} ${JSON.stringify(p.title)} ${t.refId}`, t.expr, t.legendFormat, undefined, t.instant === true, bars);
     }
   }
 }

@@ -9,7 +9,8 @@ variables substituted so that a real Prometheus can run it:
    "expr_raw": "... as written in the dashboard ..."}
 
 Substitution:
-  $__rate_interval, $__interval -> --rate-interval (default 5m)
+  $__rate_interval              -> --rate-interval (default 5m)
+  $__interval                   -> --interval (the step; default: the rate interval)
   $__range                      -> --range (default 1h)
   a multi-value / include-all variable -> its allValue (".*" when unset),
                                   i.e. what "All" means
@@ -93,7 +94,7 @@ def prom_label_values(base, selector, label):
 def resolve_variables(dash, where, args):
     values = {
         "__rate_interval": args.rate_interval,
-        "__interval": args.rate_interval,
+        "__interval": args.interval or args.rate_interval,
         "__range": args.range,
     }
     overrides = dict(args.var)
@@ -165,6 +166,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="*", help="dashboard JSON files (default: every dashboards/*.json)")
     ap.add_argument("--rate-interval", default="5m")
+    ap.add_argument("--interval", help="$__interval, Grafana's step (default: --rate-interval)")
     ap.add_argument("--range", default="1h")
     ap.add_argument("--prometheus", help="base URL of a Prometheus to resolve single-value query variables")
     ap.add_argument("--var", action="append", default=[], type=lambda s: tuple(s.split("=", 1)),

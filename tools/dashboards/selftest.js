@@ -60,9 +60,17 @@ const CASES = [
   ["missing cluster filter on a Prometheus series", MAIN, (d) => { panel(d, 13).targets[0].expr = 'up{job="$job"}'; }, "semantics:", 'up must filter cluster=~"$cluster"'],
   ["missing cluster filter in a variable", MAIN, (d) => { d.templating.list[2].query = "label_values(captf_state_lock_held, namespace)"; }, "semantics:", 'must filter cluster=~"$cluster"'],
   ["cluster spanned with .*", DRILL, (d) => { panel(d, 1).targets[0].expr = panel(d, 1).targets[0].expr.replace('cluster=~"$cluster"', 'cluster=~".*"'); }, "semantics:", 'must filter cluster=~"$cluster"'],
-  ["$__range in a range query", DRILL, (d) => { panel(d, 10).targets[0].expr = panel(d, 10).targets[0].expr.replace("$__rate_interval", "$__range"); }, "semantics:", "range [$__range] only in instant queries"],
+  ["$__range in a range query", MAIN, (d) => { panel(d, 10).targets[0].expr = panel(d, 10).targets[0].expr.replace("$__rate_interval", "$__range"); }, "semantics:", "range [$__range] only in instant queries"],
   // The age family exists only behind --export-lock-age: a panel must compute time() - acquired.
   ["age family that is off by default", DRILL, (d) => { panel(d, 3).targets[0].expr = 'max(captf_state_lock_age_seconds{cluster=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'; }, "semantics:", "captf_state_lock_age_seconds is not in metrics.txt"],
+  // issue 18
+  ["unbounded per-object table query", MAIN, (d) => { const t = panel(d, 4).targets[4]; t.expr = t.expr.replace(/^topk\(100, (.*)\)$/, "$1"); }, "semantics:", "returns one series per object with no bound"],
+  ["topk over the row limit", MAIN, (d) => { const t = panel(d, 7).targets[0]; t.expr = t.expr.replace("topk(100,", "topk(100000,"); }, "semantics:", "returns one series per object with no bound"],
+  ["held per class maxed across installations", MAIN, (d) => { panel(d, 5).targets[0].expr = 'sum by (class) (max by (cluster, class) (captf_state_locks_held{cluster=~"$cluster"}))'; }, "semantics:", "must keep each installation apart"],
+  ["watch_up: min across replicas", MAIN, (d) => { const t = panel(d, 9).targets[0]; t.expr = t.expr.replace("max by", "min by"); }, "semantics:", "the alerts take max"],
+  ["bars of increase over $__rate_interval", DRILL, (d) => { panel(d, 10).targets[0].expr = 'max(increase(captf_state_lock_force_unlocks_total{cluster=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}[$__rate_interval]))'; }, "semantics:", "a bars panel must not use a range selector"],
+  ["offset other than $__interval", DRILL, (d) => { const t = panel(d, 10).targets[0]; t.expr = t.expr.replace("offset $__interval", "offset 5m"); }, "semantics:", "offset 5m"],
+  ["no data-age panel", MAIN, (d) => { d.panels = d.panels.filter((p) => !JSON.stringify(p.targets || []).includes("watch_last_success")); }, "semantics:", "no panel shows the data age"],
   ["UTF-8 quoted metric name", MAIN, (d) => { panel(d, 5).targets[0].expr = 'max by (class) ({"captf_state_locks_held"})'; }, "promql (promtool", "could not parse"],
 ];
 
