@@ -203,3 +203,103 @@ async fn commands_against_the_demo() {
     );
     assert!(out.contains("force-unlock -force"), "{out}");
 }
+
+/// A Lease of machine `name` as something other than the backend may leave
+/// it: `lock_info` verbatim (None: no annotation) and its own holderIdentity.
+fn odd_lease(name: &str, holder_identity: &str, lock_info: Option<&str>) -> serde_json::Value {
+    let mut l = lease(name, None, 5);
+    l["spec"] = json!({ "holderIdentity": holder_identity });
+    if let Some(info) = lock_info {
+        l["metadata"]["annotations"] = json!({ "app.terraform.io/lock-info": info });
+    }
+    l
+}
+
+const BROKEN_INFO: &str = r#"{"ID":"id-broken","Operation":"OperationTypeApply","Who":"alice@laptop","Created":"yesterday"}"#;
+
+fn scripted_odd_locks() -> FakeApi {
+    FakeApi::new(|path, _watch, _n| {
+        let leases = vec![
+            // lock-info present but malformed (Created is no RFC 3339 time).
+            odd_lease("broken", "hid-broken", Some(BROKEN_INFO)),
+            // lock-info parses, but its ID is not the holderIdentity.
+            odd_lease(
+                "moved",
+                "hid-moved",
+                Some(
+                    r#"{"ID":"id-moved","Operation":"OperationTypeApply","Info":"","Who":"alice@laptop","Version":"1.9.0","Created":"2026-09-26T15:53:38Z","Path":""}"#,
+                ),
+            ),
+        ];
+        match path {
+            NSP | LEASES => Reply::Json(200, list(leases, 9)),
+            NPODS | PODS => Reply::Json(200, list(vec![], 9)),
+            NMACHINES | MACHINES => Reply::Json(
+                200,
+                list(vec![machine("broken", 1), machine("moved", 1)], 9),
+            ),
+            _ => not_served(),
+        }
+    })
+}
+
+/// Terraform's and OpenTofu's kubernetes backend `Unlock` parses lock-info
+/// before it compares IDs, so no `force-unlock` releases a lock whose
+/// lock-info does not parse: explain must print the request that does what
+/// `Unlock` does, guarded by holderIdentity, and no force-unlock.
+#[tokio::test]
+async fn explain_unknown_with_malformed_lock_info_prints_the_guarded_release() {
+    let api = scripted_odd_locks();
+    let client = api.client();
+    let (mut out, mut err) = (String::new(), String::new());
+    let code = oncall::explain(&client, "tfm/broken", NS, &mut out, &mut err).await;
+    assert_eq!(code, 0, "{err}");
+    let lease = format!(
+        "lock-tfstate-default-{}",
+        suffix("TerraformMachine", "m", "broken")
+    );
+    let release = format!(
+        r#"kubectl patch lease -n ns1 {lease} --type=json -p '[{{"op":"test","path":"/spec/holderIdentity","value":"hid-broken"}},{{"op":"remove","path":"/spec/holderIdentity"}},{{"op":"remove","path":"/metadata/annotations/app.terraform.io~1lock-info"}}]'"#
+    );
+    for want in [
+        "TerraformMachine ns1/broken: unknown lock".to_string(),
+        "force-unlock fails with any ID".into(),
+        release,
+        format!("kubectl get lease -n ns1 {lease} -o jsonpath='{{.spec.holderIdentity}}'"),
+    ] {
+        assert!(out.contains(&want), "missing {want:?} in\n{out}");
+    }
+    assert!(
+        !out.contains("force-unlock -force"),
+        "a force-unlock that cannot work is not offered:\n{out}"
+    );
+    api.assert_only_get();
+}
+
+/// `Unlock` compares the given ID with spec.holderIdentity: when lock-info's
+/// ID (the alert's lock_id) differs, the force-unlock must take
+/// holderIdentity, and explain says what the mismatch means.
+#[tokio::test]
+async fn explain_force_unlocks_with_holder_identity_when_lock_info_id_differs() {
+    let api = scripted_odd_locks();
+    let client = api.client();
+    let (mut out, mut err) = (String::new(), String::new());
+    let code = oncall::explain(&client, "terraformmachine/moved", NS, &mut out, &mut err).await;
+    assert_eq!(code, 0, "{err}");
+    for want in [
+        "Lock ID:       id-moved",
+        "holderIdentity: hid-moved (not lock-info's ID; force-unlock takes this one)",
+        "lock-info's ID (id-moved) is not spec.holderIdentity (hid-moved)",
+        "does not match existing lock",
+        "\"$IMAGE\" force-unlock -force hid-moved",
+        "terraform force-unlock -force hid-moved",
+        "-backend-config=config_path=\"$HOME/.kube/config\"",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in\n{out}");
+    }
+    assert!(
+        !out.contains("force-unlock -force id-moved"),
+        "lock-info's ID does not unlock:\n{out}"
+    );
+    api.assert_only_get();
+}

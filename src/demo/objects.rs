@@ -53,7 +53,7 @@ pub fn runner_pod(kind: Kind, name: &str) -> String {
 }
 
 /// A UUID-shaped lock ID derived from the holder, as backends write UUIDs.
-fn lock_id(who: &str) -> String {
+pub fn lock_id(who: &str) -> String {
     use sha2::{Digest, Sha256};
     let h = hex::encode(Sha256::digest(who.as_bytes()));
     format!(
@@ -94,7 +94,14 @@ pub fn lease(kind: Kind, name: &str, lock_info: Option<&str>) -> Value {
     let mut spec = json!({});
     if let Some(info) = lock_info {
         metadata["annotations"] = json!({ LOCK_INFO_ANNOTATION: info });
-        spec["holderIdentity"] = json!(lease_lock_id(kind, name));
+        // The backend writes holderIdentity and lock-info's ID from one ID;
+        // a lock-info without one (the malformed demo lock) gets its own.
+        let id = serde_json::from_str::<Value>(info)
+            .ok()
+            .and_then(|v| v.get("ID").and_then(Value::as_str).map(str::to_string))
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| lease_lock_id(kind, name));
+        spec["holderIdentity"] = json!(id);
     }
     typed(Resource::Leases, metadata, json!({ "spec": spec }))
 }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::objects::{
-    capi_cluster, force_unlock_event, lease, lease_lock_id, lock_info, pod, runner_pod,
+    capi_cluster, force_unlock_event, lease, lease_lock_id, lock_id, lock_info, pod, runner_pod,
     state_locked_message, terraform_object, terraform_plan, with_captf_status, CLUSTER, NS,
 };
 use super::store::Store;
@@ -98,7 +98,7 @@ fn set_scene(store: &Store, pods: &Pods) {
         );
     }
     let alice = state_locked_message(
-        &lease_lock_id(M, "prod-md-1"),
+        &lock_id("alice@alice-laptop"),
         "alice@alice-laptop",
         "OperationTypeApply",
     );

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use crate::core::classify::HolderClass;
 use crate::core::kind::Kind;
 
-use super::model::{human_duration, kubectl_kind, LockReport, OwnVerdict};
+use super::model::{human_duration, LockReport, OwnVerdict};
 use super::shell::{has_control, shq};
 
 /// Labels the kubernetes backend sets itself on the Lease and the state
@@ -159,10 +159,10 @@ pub struct FixInputs {
 
 /// The fix section `explain` prints for `r`.
 pub fn fix_text(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
-    let ns = shq(&r.namespace);
-    let kind = kubectl_kind(r.kind);
-    let name = shq(&r.name);
     let _ = writeln!(out, "\nWhat to do ({}):", r.class);
+    if r.lock_info_id_differs {
+        id_mismatch(r, out);
+    }
     match r.class {
         HolderClass::OwnLive => {
             let _ = writeln!(
@@ -181,11 +181,20 @@ pub fn fix_text(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
                 let _ = writeln!(out, "  Follow the pod:\n    {cmd} -w");
             }
         }
+        HolderClass::OwnStale if r.lock_info_id_differs => {
+            let _ = writeln!(
+                out,
+                "  So no Job clears this stale lock: each one passes lock-info's ID to force-unlock,\n  which fails, then waits for the lock and fails. Once the holder pod is confirmed gone,\n  force-unlock it by hand with spec.holderIdentity ({}), as the runbook's\n  CAPTFStateLockForeignOverdue section, step 2, shows.\n  Then watch the lock clear (empty output):\n    {}",
+                shq(&r.holder_identity),
+                r.commands.confirm
+            );
+        }
         HolderClass::OwnStale => {
             let _ = writeln!(
                 out,
-                "  Nothing to unlock by hand: CAPTF force-unlocks lock ID {} when it starts this\n  object's next Job. If no Job is due (an apply waiting for approval, a long backoff),\n  nudge a reconcile by changing an annotation:\n    kubectl annotate -n {ns} {kind} {name} captf-lock-exporter/reconcile-nudge=\"$(date +%s)\" --overwrite",
-                shq(&r.lock_id)
+                "  Nothing to unlock by hand: CAPTF force-unlocks lock ID {} when it starts this\n  object's next Job (an apply, a refresh, a drift check or a destroy). If one is due but\n  the controller has not looked at the object again, make it reconcile now:\n    {}\n  Safe: CAPTF renders no object metadata into a run, so this annotation (a name CAPTF\n  does not own) changes nothing it applies; any update of the object makes it reconcile.\n  A reconcile starts a Job only when one is due: with an apply waiting for approval or a\n  long backoff the lock stays, and the manual force-unlock of the runbook's\n  CAPTFStateLockStale section is the way.",
+                shq(&r.lock_id),
+                r.commands.nudge
             );
             let _ = writeln!(
                 out,
@@ -214,10 +223,24 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
         ),
         _ => "  1. Make sure nothing still holds it: the holder is unknown (no readable Who), so confirm\n     with the people and pipelines that use this object's state that none is running.\n".into(),
     };
+    let _ = write!(
+        out,
+        "  CAPTF never releases this lock; every Job of the object waits {} s for it and fails.\n  Never delete the Lease.\n{who}",
+        r.lock_timeout.seconds
+    );
+    if let (Some(release), Some(err)) = (&r.commands.release, &r.info_error) {
+        let _ = writeln!(
+            out,
+            "  2. lock-info is present but does not parse ({err}). Terraform's and OpenTofu's\n     Unlock parse lock-info before they compare the ID, so force-unlock fails with any ID\n     (\"Failed to unlock state: ...\"). Release the lock as Unlock would (clear\n     spec.holderIdentity and the lock-info annotation) in one request, which the API\n     server refuses unless spec.holderIdentity is still {} (needs patch on leases in {ns}):\n    {release}\n  3. Confirm the lock is clear (empty output):\n    {}",
+            shq(&r.holder_identity),
+            r.commands.confirm
+        );
+        return;
+    }
     let _ = writeln!(
         out,
-        "  CAPTF never releases this lock; every Job of the object waits {} s for it and fails.\n  Never delete the Lease.\n{who}  2. Force-unlock it with the object's pinned runtime image:",
-        r.lock_timeout.seconds
+        "  2. Force-unlock it with the object's pinned runtime image. force-unlock takes\n     spec.holderIdentity ({}): the backend's Unlock compares that, not lock-info's ID.",
+        shq(&r.holder_identity)
     );
     let image = match inputs.map(|i| &i.image) {
         Some(Lookup::Found { value, from }) => {
@@ -241,8 +264,8 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
         }
         None => "LABELS='<labels>'".into(),
     };
-    let id_note = if has_control(&r.lock_id) {
-        "     (the lock ID holds control characters, shown as '?': copy it from the Lease)\n"
+    let id_note = if has_control(&r.holder_identity) {
+        "     (the holderIdentity holds control characters, shown as '?': copy it from the Lease)\n"
     } else {
         ""
     };
@@ -255,15 +278,28 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
             .collect::<Vec<_>>()
             .join("\n")
     );
+    let suffix = shq(&r.suffix);
+    let hid = shq(&r.holder_identity);
     let _ = writeln!(
         out,
-        "    docker run --rm --entrypoint /captf/runtime \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" init -input=false -no-color \\\n      -backend-config=secret_suffix={} -backend-config=namespace={ns} \\\n      -backend-config=in_cluster_config=true -backend-config=\"labels=$LABELS\"\n\n    docker run --rm --entrypoint /captf/runtime \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" force-unlock -force {}\n{id_note}",
-        shq(&r.suffix),
-        shq(&r.lock_id)
+        "    docker run --rm --entrypoint /captf/runtime \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" init -input=false -no-color \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=in_cluster_config=true -backend-config=\"labels=$LABELS\"\n\n    docker run --rm --entrypoint /captf/runtime \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" force-unlock -force {hid}\n{id_note}"
     );
     let _ = writeln!(
         out,
-        "     in_cluster_config=true uses the credentials of the pod it runs in: run it from a pod of\n     the management cluster that may get and update Leases and Secrets in {ns}. From a\n     workstation, mount a kubeconfig instead: add -v \"$HOME/.kube/config:/kube/config:ro\" and\n     use -backend-config=in_cluster_config=false -backend-config=config_path=/kube/config.\n  3. Confirm the lock is clear (empty output):\n    {}",
+        "     in_cluster_config=true uses the credentials of the pod it runs in: run it from a pod of\n     the management cluster that may get and update Leases and Secrets in {ns}. From a\n     workstation, mount a kubeconfig instead: add -v \"$HOME/.kube/config:/kube/config:ro\" and\n     use -backend-config=in_cluster_config=false -backend-config=config_path=/kube/config.\n     Or, with terraform or tofu installed (the lock-info Version), in the same root:\n    (cd root && terraform init -input=false \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=\"labels=$LABELS\" -backend-config=config_path=\"$HOME/.kube/config\" \\\n      && terraform force-unlock -force {hid})\n  3. Confirm the lock is clear (empty output):\n    {}",
         r.commands.confirm
+    );
+}
+
+/// What a lock-info `ID` that is not `spec.holderIdentity` means. The
+/// backend's `Lock` writes both from one ID in one request; its `Unlock`
+/// compares the given ID with `spec.holderIdentity`.
+fn id_mismatch(r: &LockReport, out: &mut String) {
+    let info_id = r.info.as_ref().map_or("", |i| i.id.as_str());
+    let _ = writeln!(
+        out,
+        "  lock-info's ID ({}) is not spec.holderIdentity ({}). Terraform and OpenTofu write both\n  from one ID, so something else wrote this Lease: treat lock-info as a claim. The alert's\n  lock_id is lock-info's ID, but force-unlock must be given spec.holderIdentity; with\n  lock-info's ID it fails (\"does not match existing lock\"), and so does CAPTF's own\n  force-unlock, which uses lock-info's ID: CAPTF never clears this lock itself.",
+        shq(info_id),
+        shq(&r.holder_identity)
     );
 }

@@ -197,7 +197,11 @@ pub async fn explain(
     );
     let report = LockReport::build(&facts, now);
     out.push_str(&render::evidence_text(&report));
-    let inputs = if matches!(report.class, HolderClass::Foreign | HolderClass::Unknown) {
+    // A lock-info that does not parse is released with a kubectl patch, not
+    // with the pinned image: no need to read the image or labels then.
+    let inputs = if matches!(report.class, HolderClass::Foreign | HolderClass::Unknown)
+        && report.commands.release.is_none()
+    {
         let image = collect::pinned_image(client, namespace, kind, &name).await;
         let lease_key = ObjectKey::new(namespace, &report.lease);
         let labels = match snap.lease_labels.get(&lease_key).and_then(backend_labels) {

@@ -190,10 +190,40 @@ pub struct Commands {
     pub lease: String,
     /// Inspect the holder pod (when Who names a host).
     pub pod: Option<String>,
-    /// Confirm the lock is clear (empty output).
+    /// Reads `spec.holderIdentity`, the ID Terraform's and OpenTofu's
+    /// `Unlock` compares; empty output once the lock is clear.
     pub confirm: String,
     /// This report from the command line.
     pub explain: String,
+    /// Makes CAPTF reconcile the object: an annotation CAPTF does not own.
+    pub nudge: String,
+    /// For lock-info that is present but does not parse: the one request
+    /// that does what the backend's `Unlock` does (clear the holder and
+    /// lock-info), refused by the API server if the holder changed.
+    /// `force-unlock` cannot release such a lock with any ID.
+    pub release: Option<String>,
+}
+
+/// The annotation the nudge writes. Not `captf.io/`: CAPTF owns that
+/// prefix and acts on some of its annotations (a restore, an approval).
+pub const NUDGE_ANNOTATION: &str = "captf-lock-exporter/reconcile-nudge";
+
+/// The guarded release of a lock whose lock-info no Terraform can parse:
+/// a JSON patch whose `test` makes the API server refuse it unless
+/// `spec.holderIdentity` is still `holder_identity`, then the two removals
+/// `Unlock` makes.
+pub fn guarded_release(namespace: &str, lease: &str, holder_identity: &str) -> String {
+    let patch = serde_json::json!([
+        {"op": "test", "path": "/spec/holderIdentity", "value": holder_identity},
+        {"op": "remove", "path": "/spec/holderIdentity"},
+        {"op": "remove", "path": "/metadata/annotations/app.terraform.io~1lock-info"},
+    ]);
+    format!(
+        "kubectl patch lease -n {} {} --type=json -p {}",
+        shq(namespace),
+        shq(lease),
+        shq(&patch.to_string())
+    )
 }
 
 /// The evidence chain of one held lock.
@@ -213,8 +243,12 @@ pub struct LockReport {
     pub suffix: String,
     /// The lock ID force-unlock needs.
     pub lock_id: String,
-    /// `spec.holderIdentity`.
+    /// `spec.holderIdentity`: the ID `force-unlock` must be given (the
+    /// backend's `Unlock` compares it, not lock-info's `ID`).
     pub holder_identity: String,
+    /// lock-info's `ID` is set and is not `spec.holderIdentity`: the
+    /// backend writes both from one ID, so something else wrote the Lease.
+    pub lock_info_id_differs: bool,
     /// lock-info fields, when it parsed.
     pub info: Option<InfoFields>,
     /// Why lock-info was rejected, when it was.
@@ -551,6 +585,16 @@ impl LockReport {
                 shq(&f.name),
                 shq(ns)
             ),
+            nudge: format!(
+                "kubectl annotate -n {} {} {} {NUDGE_ANNOTATION}=\"$(date +%s)\" --overwrite",
+                shq(ns),
+                kubectl_kind(f.kind_label),
+                shq(&f.name)
+            ),
+            release: lease
+                .info_error
+                .is_some()
+                .then(|| guarded_release(ns, &lease_name, &lease.holder_identity)),
         };
         let ours = OurVerdict::Held {
             class: f.class,
@@ -578,6 +622,10 @@ impl LockReport {
             suffix: lease.suffix.clone(),
             lock_id: lease.lock_id().to_string(),
             holder_identity: lease.holder_identity.clone(),
+            lock_info_id_differs: lease
+                .info
+                .as_ref()
+                .is_some_and(|i| !i.id.is_empty() && i.id != lease.holder_identity),
             info: lease.info.as_ref().map(|i| InfoFields {
                 id: i.id.clone(),
                 operation: i.operation.clone(),

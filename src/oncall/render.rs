@@ -162,7 +162,16 @@ pub fn evidence_text(r: &LockReport) -> String {
     let _ = writeln!(o, "  Object:        {object}");
     let _ = writeln!(o, "  Lease:         {} (suffix {})", r.lease, r.suffix);
     let _ = writeln!(o, "  Lock ID:       {}", show(&r.lock_id));
-    let _ = writeln!(o, "  holderIdentity: {}", show(&r.holder_identity));
+    let _ = writeln!(
+        o,
+        "  holderIdentity: {}{}",
+        show(&r.holder_identity),
+        if r.lock_info_id_differs {
+            " (not lock-info's ID; force-unlock takes this one)"
+        } else {
+            ""
+        }
+    );
     match (&r.info, &r.info_error) {
         (Some(i), _) => {
             let _ = writeln!(
@@ -242,7 +251,11 @@ pub fn evidence_text(r: &LockReport) -> String {
     if let Some(p) = &r.commands.pod {
         let _ = writeln!(o, "  {p}");
     }
-    let _ = writeln!(o, "Confirm clear (empty output):\n  {}", r.commands.confirm);
+    let _ = writeln!(
+        o,
+        "spec.holderIdentity, the ID force-unlock takes (empty output: the lock is clear):\n  {}",
+        r.commands.confirm
+    );
     o
 }
 

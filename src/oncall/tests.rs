@@ -31,7 +31,13 @@ fn lease(who: Option<&str>, created_ago: u64, now: SystemTime) -> LockLease {
         suffix,
         Some("TerraformMachine"),
         Some("web".into()),
-        "hid-1".into(),
+        // The backend writes holderIdentity and lock-info's ID from one ID.
+        if who.is_some() {
+            "3442fe8d-2b45"
+        } else {
+            "hid-1"
+        }
+        .into(),
         match info {
             Some(i) => parse_lock_info(&i).map(Some),
             None => Ok(None),
@@ -519,4 +525,96 @@ fn an_own_stale_lock_that_waits_for_a_plan_says_so_and_how_to_review_it() {
     // Without a pending plan nothing is said about approvals.
     f.captf.pending_plans.clear();
     assert!(!LockReport::build(&f, now).captf_next.contains("approval"));
+}
+
+fn stale_facts(now: SystemTime) -> LockFacts {
+    facts(
+        HolderClass::OwnStale,
+        Some(&format!("@{POD}")),
+        60,
+        Some(PodFacts {
+            name: POD.into(),
+            cached: None,
+            last_read: Some((PodRead::Gone, Some(now))),
+        }),
+        now,
+    )
+}
+
+#[test]
+fn own_stale_gives_the_exact_nudge_and_says_when_it_cannot_help() {
+    let now = SystemTime::now();
+    let r = LockReport::build(&stale_facts(now), now);
+    let nudge = r#"kubectl annotate -n team-a terraformmachine web captf-lock-exporter/reconcile-nudge="$(date +%s)" --overwrite"#;
+    let mut out = String::new();
+    fix_text(&r, None, &mut out);
+    assert!(out.contains(nudge), "{out}");
+    assert!(
+        out.contains("A reconcile starts a Job only when one is due"),
+        "the nudge is not offered as a cure for a lock nothing is due to clear:\n{out}"
+    );
+    // The lock page offers the same command.
+    let page = crate::pages::evidence_html(&r);
+    assert!(
+        page.contains(&crate::pages::escape(nudge)),
+        "the lock page lacks the nudge:\n{page}"
+    );
+}
+
+#[test]
+fn the_lock_page_of_an_unknown_lock_with_malformed_lock_info_shows_the_release_that_works() {
+    let now = SystemTime::now();
+    let mut f = facts(HolderClass::Unknown, None, 60, None, now);
+    f.lease = LockLease::new(
+        NS.into(),
+        state_suffix(NS, Kind::TerraformMachine, "web"),
+        Some("TerraformMachine"),
+        Some("web".into()),
+        "hid-9".into(),
+        parse_lock_info(r#"{"ID":"x","Who":"#).map(Some),
+    );
+    let r = LockReport::build(&f, now);
+    let release = format!(
+        r#"kubectl patch lease -n team-a {LEASE} --type=json -p '[{{"op":"test","path":"/spec/holderIdentity","value":"hid-9"}},{{"op":"remove","path":"/spec/holderIdentity"}},{{"op":"remove","path":"/metadata/annotations/app.terraform.io~1lock-info"}}]'"#
+    );
+    let page = crate::pages::evidence_html(&r);
+    assert!(
+        page.contains(&crate::pages::escape(&release)),
+        "missing the guarded release in\n{page}"
+    );
+    assert!(page.contains("force-unlock fails with any ID"), "{page}");
+    let mut out = String::new();
+    fix_text(&r, None, &mut out);
+    assert!(
+        out.contains(&release) && !out.contains("force-unlock -force"),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_lock_page_says_force_unlock_takes_holder_identity() {
+    let now = SystemTime::now();
+    let mut f = facts(HolderClass::Foreign, Some("alice@laptop"), 60, None, now);
+    f.lease.holder_identity = "hid-2".into();
+    let r = LockReport::build(&f, now);
+    assert_eq!(
+        r.lock_id, "3442fe8d-2b45",
+        "the alert's lock_id stays lock-info's ID"
+    );
+    let page = crate::pages::evidence_html(&r);
+    assert!(
+        page.contains("# spec.holderIdentity: the ID force-unlock takes"),
+        "{page}"
+    );
+    assert!(
+        page.contains("lock-info's ID is not spec.holderIdentity"),
+        "{page}"
+    );
+    let mut out = String::new();
+    fix_text(&r, None, &mut out);
+    assert!(
+        out.contains("force-unlock -force hid-2")
+            && !out.contains("force-unlock -force 3442fe8d-2b45"),
+        "{out}"
+    );
 }

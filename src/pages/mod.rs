@@ -418,9 +418,29 @@ pub fn evidence_html(r: &LockReport) -> String {
     }
     let _ = writeln!(
         o,
-        "# confirm the lock is clear (empty output)\n{}",
+        "# spec.holderIdentity: the ID force-unlock takes (Unlock compares it, not lock-info's ID);\n# empty output: the lock is clear\n{}",
         escape(&r.commands.confirm)
     );
+    if r.lock_info_id_differs {
+        let _ = writeln!(
+            o,
+            "# lock-info's ID is not spec.holderIdentity: something other than terraform/tofu wrote\n# this Lease. force-unlock with lock-info's ID (the alert's lock_id) fails, CAPTF's too."
+        );
+    }
+    if let Some(release) = &r.commands.release {
+        let _ = writeln!(
+            o,
+            "# lock-info does not parse: force-unlock fails with any ID (Unlock parses it first).\n# Once nothing holds the lock, release it as Unlock would; refused if the holder changed:\n{}",
+            escape(release)
+        );
+    }
+    if r.class == crate::core::classify::HolderClass::OwnStale {
+        let _ = writeln!(
+            o,
+            "# CAPTF's next Job force-unlocks it; make CAPTF reconcile now (metadata is never rendered)\n{}",
+            escape(&r.commands.nudge)
+        );
+    }
     let _ = writeln!(
         o,
         "# the runbook's fix for this lock, every value filled in (pinned image, backend labels)\n{}",

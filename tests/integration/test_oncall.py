@@ -85,6 +85,32 @@ def test_explain_command(kube: KubeEmulator, tmp_path: Path) -> None:
         assert want in out, f"missing {want!r} in\n{out}"
     res = run_cli(kc, "explain", "terraformmachines/stale", "-n", NS)
     assert res.returncode == 0 and "own_stale lock" in res.stdout and "lock ID" in res.stdout, res.stdout + res.stderr
+    assert "captf-lock-exporter/reconcile-nudge=\"$(date +%s)\" --overwrite" in res.stdout, res.stdout
+
+
+def test_explain_an_unknown_lock_whose_lock_info_does_not_parse(kube: KubeEmulator, tmp_path: Path) -> None:
+    """The backend's Unlock parses lock-info before it compares IDs, so no force-unlock releases
+    this lock: explain prints the guarded patch (test holderIdentity, remove it and lock-info),
+    reads nothing it does not need (no pinned image), and still only GETs."""
+    kube.create(terraform_object(M, NS, "broken"))
+    kube.create(lock_lease(NS, M, "broken", holder_identity="hid-broken",
+                           lock_info='{"ID":"id-broken","Who":"alice@laptop","Created":"yesterday"}'))
+    kc = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
+    res = run_cli(kc, "explain", "tfm/broken", "-n", NS)
+    assert res.returncode == 0, res.stderr
+    lease = f"lock-tfstate-default-{state_suffix(NS, M, 'broken')}"
+    patch = json.dumps([
+        {"op": "test", "path": "/spec/holderIdentity", "value": "hid-broken"},
+        {"op": "remove", "path": "/spec/holderIdentity"},
+        {"op": "remove", "path": "/metadata/annotations/app.terraform.io~1lock-info"},
+    ], separators=(",", ":"))
+    out = res.stdout
+    assert "unknown lock" in out and "lock-info:     rejected:" in out, out
+    assert f"kubectl patch lease -n {NS} {lease} --type=json -p '{patch}'" in out, out
+    assert "force-unlock -force" not in out, out
+    assert not [r.path for r in kube.exporter_requests() if "/secrets/" in r.path], "no image lookup for this path"
+    not_get = [(r.method, r.path) for r in kube.exporter_requests() if r.method != "GET"]
+    assert not_get == [], f"non-GET requests: {not_get}"
 
 
 def chromium(*args: str, tmp: Path) -> str:
