@@ -101,9 +101,13 @@ pub trait Listener: Send + 'static {
 impl Listener for TcpListener {
     type Io = TcpStream;
     async fn accept(&mut self) -> io::Result<TcpStream> {
-        {
-            TcpListener::accept(self).await.map(|(s, _)| s)
+        let (stream, _) = TcpListener::accept(self).await?;
+        // A response is many chunks; with Nagle on, a small tail waits for
+        // the client's delayed ACK (tens of ms on loopback).
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(error = %err, "TCP_NODELAY not set");
         }
+        Ok(stream)
     }
 }
 

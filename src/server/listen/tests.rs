@@ -607,3 +607,15 @@ async fn page_renders_over_the_bound_get_503_with_retry_after() {
     assert!(again.head.starts_with("HTTP/1.1 200"), "{}", again.head);
     assert_eq!(h.pages.available_permits(), 2);
 }
+
+/// A response is many chunks: accepted TCP connections send each at once
+/// instead of holding a small tail for the client's delayed ACK.
+#[tokio::test]
+async fn accepted_tcp_connections_have_nagle_off() {
+    let mut listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let client = tokio::spawn(async move { tokio::net::TcpStream::connect(addr).await });
+    let stream = Listener::accept(&mut listener).await.expect("accept");
+    assert!(stream.nodelay().expect("reads the option"));
+    drop(client.await);
+}
