@@ -77,6 +77,7 @@ impl IndexResource<LockLease> for Index {
         now: SystemTime,
     ) -> Effects {
         let stale = self.locks.lease_keys(scope.as_deref());
+        self.locks.reserve_total(self.locks.len() + items.len());
         self.replace_all(stale, items, now)
     }
 }
@@ -176,6 +177,7 @@ impl IndexResource<TfObject> for Index {
             .into_iter()
             .map(|k| (*kind, k))
             .collect();
+        self.policy.reserve_objects(self.policy.len() + items.len());
         self.replace_all(stale, items, now)
     }
 }
@@ -372,10 +374,13 @@ impl Index {
         Self: IndexResource<T, Key = K>,
         K: Eq + std::hash::Hash + Clone,
     {
-        let listed: HashSet<K> = items.iter().map(|(k, _)| k.clone()).collect();
         let mut fx = Effects::default();
-        for key in stale.into_iter().filter(|k| !listed.contains(k)) {
-            fx.extend(self.delete(key, now));
+        // A first list has nothing stale: no set of every listed key then.
+        if !stale.is_empty() {
+            let listed: HashSet<K> = items.iter().map(|(k, _)| k.clone()).collect();
+            for key in stale.into_iter().filter(|k| !listed.contains(k)) {
+                fx.extend(self.delete(key, now));
+            }
         }
         for (key, item) in items {
             fx.extend(self.apply(key, item, now));

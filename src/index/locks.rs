@@ -50,6 +50,13 @@ pub struct LockIndex {
 }
 
 impl LockIndex {
+    /// Room for `n` locks in all, so a first list grows the table once
+    /// instead of doubling it (with the old and new table both held at
+    /// each step).
+    pub fn reserve_total(&mut self, n: usize) {
+        self.locks.reserve(n.saturating_sub(self.locks.len()));
+    }
+
     /// Stores a lock, unlinked; returns the lock it replaced.
     pub fn insert(&mut self, key: LockKey, lock: Lock) -> Option<Lock> {
         let old = self.remove(&key);

@@ -27,6 +27,12 @@ pub struct PolicyIndex {
 }
 
 impl PolicyIndex {
+    /// Room for `n` Terraform* objects in all (see
+    /// [`super::locks::LockIndex::reserve_total`]).
+    pub fn reserve_objects(&mut self, n: usize) {
+        self.objects.reserve(n.saturating_sub(self.objects.len()));
+    }
+
     /// Stores a Terraform* object; returns its lock key.
     pub fn apply_object(&mut self, key: ObjectKey, obj: TfObject) -> LockKey {
         let lock = self.remove_object(obj.kind, &key);

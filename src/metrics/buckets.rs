@@ -123,10 +123,15 @@ fn encode_rows(
     format: Format,
     exposition: Exposition,
 ) -> Result<Vec<Bytes>, std::fmt::Error> {
-    let capacity = 256 * (rows.objects.len() + rows.locks.len() + rows.force_unlocks.len()) + 4096;
+    // About what a row's lines take: an object's five series, a held
+    // lock's four more, a counter's one.
+    let capacity =
+        520 * rows.objects.len() + 600 * rows.locks.len() + 110 * rows.force_unlocks.len() + 4096;
     let mut registry = Registry::default();
     registry.register_collector(Box::new(RowsCollector { rows, exposition }));
-    let text = super::parts::encode(&registry, format, capacity)?;
+    let mut text = super::parts::encode(&registry, format, capacity)?;
+    // The buffer doubled as it grew: hand on only what it holds.
+    text.shrink_to_fit();
     let ranges = split_families(&text);
     let text = Bytes::from(text);
     Ok(ranges.into_iter().map(|(_, s)| text.slice(s)).collect())
@@ -290,8 +295,13 @@ impl IndexRender {
             }
         }
         let mut encoded = 0;
-        let compact = self.compact;
-        for bucket in self.buckets.iter_mut().filter(|b| b.dirty) {
+        let mut plain: usize = self.buckets.iter().map(Bucket::plain_len).sum();
+        let was_compact = self.compact;
+        for b in 0..self.buckets.len() {
+            let bucket = &mut self.buckets[b];
+            if !bucket.dirty {
+                continue;
+            }
             bucket.dirty = false;
             let mut rows = Rows::default();
             shared.read(|ix| {
@@ -304,7 +314,9 @@ impl IndexRender {
                 // put lines under another family's header.
                 return Err(std::fmt::Error);
             }
-            if compact {
+            let new_len: usize = lines.iter().map(Bytes::len).sum();
+            plain = plain - bucket.plain_len() + new_len;
+            if self.compact {
                 let hashes = hash_lines(&lines);
                 if hashes == bucket.hashes && bucket.gz.is_some() {
                     continue;
@@ -318,19 +330,21 @@ impl IndexRender {
                 bucket.gz = None;
                 encoded += 1;
             }
-        }
-        let plain: usize = self.buckets.iter().map(Bucket::plain_len).sum();
-        if !compact && plain > self.plain_limit {
-            // Outgrown: keep each bucket compressed only.
-            for bucket in &mut self.buckets {
-                if bucket.gz.is_none() {
-                    bucket.gz = Some(compress_lines(&bucket.lines)?);
+            if !self.compact && plain > self.plain_limit {
+                // Outgrown, maybe part-way through a first render: keep
+                // each bucket compressed only from here on, so no more
+                // than the limit of plain text is ever held.
+                for bucket in &mut self.buckets {
+                    if bucket.gz.is_none() {
+                        bucket.gz = Some(compress_lines(&bucket.lines)?);
+                    }
+                    bucket.hashes = hash_lines(&bucket.lines);
+                    bucket.lines = Vec::new();
                 }
-                bucket.hashes = hash_lines(&bucket.lines);
-                bucket.lines = Vec::new();
+                self.compact = true;
             }
-            self.compact = true;
-        } else if compact && plain < self.plain_limit / 2 {
+        }
+        if was_compact && self.compact && plain < self.plain_limit / 2 {
             // Shrunk well below: plain again, from a whole render (the
             // halved limit keeps a fleet at the edge from flapping).
             self.compact = false;
