@@ -114,6 +114,9 @@ def headings(path):
             m = re.match(r"#{1,6} (.+)", line)
             if m and not in_code:
                 found.add(anchor(m.group(1)))
+            # Explicit anchors (`<a id="...">`) inside a section.
+            if not in_code:
+                found.update(re.findall(r'<a id="([\w-]+)"></a>', line))
     return found
 
 
