@@ -63,7 +63,7 @@ impl Shared {
     /// applied change at worst; the supervisor ends the process on a
     /// panicking task, so carrying on here only serves the last scrapes.
     /// The exposition is marked out of date only when the index says
-    /// something it shows changed (`Index::take_changed`), so bookkeeping
+    /// something it shows changed (`Index::take_changes`), so bookkeeping
     /// writes (which overdue warnings were logged, which old reads to drop)
     /// cost no render.
     pub fn write<T>(&self, f: impl FnOnce(&mut Index, SystemTime) -> T) -> T {
