@@ -115,12 +115,6 @@ impl Shared {
         self.generation.subscribe()
     }
 
-    /// A number that changes whenever what the index shows changes: equal
-    /// generations mean equal index-derived series (ages aside).
-    pub fn index_generation(&self) -> u64 {
-        *self.generation.borrow()
-    }
-
     /// Runs `f` on the index under the read lock.
     pub fn read<T>(&self, f: impl FnOnce(&Index) -> T) -> T {
         match self.index.read() {

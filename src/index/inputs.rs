@@ -343,7 +343,8 @@ impl Index {
     }
 
     /// Whether anything `/metrics` shows changed since the last call.
-    pub fn take_changed(&mut self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn take_changed(&mut self) -> bool {
         !self.take_changes().is_empty()
     }
 

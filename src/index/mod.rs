@@ -35,7 +35,7 @@ mod views;
 use std::time::SystemTime;
 
 pub use crate::core::verdict::StateReadable;
-pub use changes::{Changes, MAX_MARKED_KEYS};
+pub use changes::Changes;
 pub use entries::{
     cap, unix_seconds, AgeSource, CapiCluster, CaptfStatus, ForceUnlockEvent, ForceUnlocks,
     LockLease, PlanEntry, PodState, TerraformCluster, TfObject, MAX_CONDITION_MESSAGE_BYTES,

@@ -165,12 +165,9 @@ impl Collector for RowsCollector {
     }
 }
 
-fn compress_lines(lines: &[Bytes]) -> Result<Vec<gzip_parts::Part>, std::fmt::Error> {
-    lines
-        .iter()
-        .map(|l| gzip_parts::part(l, false))
-        .collect::<std::io::Result<_>>()
-        .map_err(|_| std::fmt::Error)
+/// Each block compressed as a part of its own (never the stream's last).
+fn compress_lines(lines: &[Bytes]) -> std::io::Result<Vec<gzip_parts::Part>> {
+    lines.iter().map(|l| gzip_parts::part(l, false)).collect()
 }
 
 /// One bucket as rendered: the lock keys in it, its lines per family, and
@@ -321,7 +318,7 @@ impl IndexRender {
                 if hashes == bucket.hashes && bucket.gz.is_some() {
                     continue;
                 }
-                bucket.gz = Some(compress_lines(&lines)?);
+                bucket.gz = Some(compress_lines(&lines).map_err(|_| std::fmt::Error)?);
                 bucket.hashes = hashes;
                 bucket.lines = Vec::new();
                 encoded += 1;
@@ -336,7 +333,8 @@ impl IndexRender {
                 // than the limit of plain text is ever held.
                 for bucket in &mut self.buckets {
                     if bucket.gz.is_none() {
-                        bucket.gz = Some(compress_lines(&bucket.lines)?);
+                        bucket.gz =
+                            Some(compress_lines(&bucket.lines).map_err(|_| std::fmt::Error)?);
                     }
                     bucket.hashes = hash_lines(&bucket.lines);
                     bucket.lines = Vec::new();
@@ -398,22 +396,12 @@ impl IndexRender {
     pub(crate) fn compress(&mut self) -> std::io::Result<usize> {
         let mut n = 0;
         if self.headers_gz.is_none() {
-            self.headers_gz = Some(
-                self.headers
-                    .iter()
-                    .map(|h| gzip_parts::part(h, false))
-                    .collect::<std::io::Result<_>>()?,
-            );
+            self.headers_gz = Some(compress_lines(&self.headers)?);
             n += self.headers.len();
         }
         for b in &mut self.buckets {
             if b.gz.is_none() {
-                b.gz = Some(
-                    b.lines
-                        .iter()
-                        .map(|l| gzip_parts::part(l, false))
-                        .collect::<std::io::Result<_>>()?,
-                );
+                b.gz = Some(compress_lines(&b.lines)?);
                 n += 1;
             }
         }

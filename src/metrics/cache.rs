@@ -514,6 +514,17 @@ mod tests {
             .update(|ix, now| ix.apply(ObjectKey::new("ns", lock_lease_name(&suffix)), lease, now));
     }
 
+    /// A gzip body's plain bytes; one member must hold them all.
+    fn gunzip(body: &Body) -> Vec<u8> {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(&body.to_bytes()[..]),
+            &mut out,
+        )
+        .expect("one gzip member");
+        out
+    }
+
     async fn text(cache: &Arc<ScrapeCache>) -> String {
         match cache
             .body(Format::OpenMetrics, AcceptEncoding::Identity)
@@ -624,15 +635,14 @@ mod tests {
         assert_eq!(cache.bucket_renders() - first, 2, "only m-new's bucket");
         let uncached = crate::metrics::render_at(&shared, Format::OpenMetrics, SystemTime::now())
             .expect("renders");
-        if body != uncached {
-            let diff: Vec<_> = body
-                .lines()
-                .zip(uncached.lines())
-                .filter(|(a, b)| a != b)
-                .take(3)
-                .collect();
-            panic!("the bucketed body is not the whole render: {diff:?}");
-        }
+        assert!(
+            body == uncached,
+            "the bucketed body is not the whole render: {}",
+            crate::metrics::incremental_tests::first_difference(
+                body.as_bytes(),
+                uncached.as_bytes()
+            )
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -721,13 +731,10 @@ mod tests {
                 .body(format, AcceptEncoding::Gzip)
                 .await
                 .expect("gzip");
-            let mut out = Vec::new();
-            std::io::Read::read_to_end(
-                &mut flate2::read::GzDecoder::new(&zipped.to_bytes()[..]),
-                &mut out,
-            )
-            .expect("one gzip member");
-            assert!(out == uncached.as_bytes(), "{format:?} gzip differs");
+            assert!(
+                gunzip(&zipped) == uncached.as_bytes(),
+                "{format:?} gzip differs"
+            );
         }
     }
 
@@ -769,13 +776,7 @@ mod tests {
             .body(Format::OpenMetrics, AcceptEncoding::Gzip)
             .await
             .expect("gzip");
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(
-            &mut flate2::read::GzDecoder::new(&zipped.to_bytes()[..]),
-            &mut out,
-        )
-        .expect("one gzip member");
-        assert!(out == plain.to_bytes(), "gzip and plain agree");
+        assert!(gunzip(&zipped) == plain.to_bytes(), "gzip and plain agree");
         // Shrink far below the limit: plain text again.
         for i in 0..300 {
             let key = (

@@ -266,7 +266,8 @@ fn text(render: &mut IndexRender) -> Vec<u8> {
         .collect()
 }
 
-fn first_difference(a: &[u8], b: &[u8]) -> String {
+/// The first differing lines of two expositions, for a failure message.
+pub(super) fn first_difference(a: &[u8], b: &[u8]) -> String {
     let a = String::from_utf8_lossy(a);
     let b = String::from_utf8_lossy(b);
     let d: Vec<_> = a
