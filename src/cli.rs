@@ -77,6 +77,38 @@ pub struct Cli {
     /// An empty value skips nothing (a chart may set the variable empty).
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_SKIP_RESOURCES", value_parser = skip_list, default_value = "", hide_default_value = true, global = true)]
     pub skip_resources: SkipList,
+
+    /// Serve plain HTTP instead of HTTPS: for a trusted network, or when
+    /// TLS ends in front of the exporter (a proxy in the pod). The demo
+    /// always serves plain HTTP.
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_PLAIN_HTTP", global = true)]
+    pub plain_http: bool,
+
+    /// PEM certificate chain for HTTPS, leaf first; read again when it
+    /// changes (cert-manager rotates it in place). Without it a
+    /// self-signed certificate is made at start.
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_TLS_CERT_FILE", value_parser = existing_file, requires = "tls_key_file", conflicts_with = "plain_http", global = true)]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert-file (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_TLS_KEY_FILE", value_parser = existing_file, requires = "tls_cert_file", conflicts_with = "plain_http", global = true)]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// Who may read /metrics, / and /locks/...: `kubernetes` (a bearer
+    /// token checked with a TokenReview, then `get` on the path checked
+    /// with a SubjectAccessReview; the default) or `none` (anyone who can
+    /// reach the port). /healthz and /readyz are always open.
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_AUTH", value_enum, global = true)]
+    pub auth: Option<AuthMode>,
+}
+
+/// `--auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthMode {
+    /// TokenReview and SubjectAccessReview, as the API server decides.
+    Kubernetes,
+    /// No authentication: anyone who reaches the port reads everything.
+    None,
 }
 
 /// Subcommands.

@@ -47,6 +47,10 @@ enum StartError {
     Client(#[source] captf_lock_exporter::client::ClientError),
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    #[error(transparent)]
+    Tls(#[from] server::tls::TlsError),
+    #[error("the demo serves plain HTTP without authentication (it has no API server to review tokens): {0} cannot be used with demo")]
+    DemoEndpoint(&'static str),
     #[error("{0}; exiting so that the exporter is restarted")]
     Stopped(#[from] Stopped),
 }
@@ -93,6 +97,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             client
         }
     };
+    let endpoint = endpoint(&cli, &client, &shared, &mut tasks)?;
     // From here on, production and demo run the same code.
     let scopes = cli.watch_scopes();
     let resources = cli.watched_resources();
@@ -135,6 +140,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             captf_lock_exporter::metrics::Exposition {
                 lock_age: cli.export_lock_age,
             },
+            endpoint,
             stop_rx,
         ),
     );
@@ -150,6 +156,104 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     let drain = server::Config::DEFAULT.drain + std::time::Duration::from_secs(1);
     let _ = tokio::time::timeout(drain, tasks.first_stop()).await;
     Ok(())
+}
+
+/// How the endpoint is served and guarded, from the flags; logged once,
+/// since an operator must be able to tell from the log whether lock
+/// holders are readable by anyone who reaches the port.
+fn endpoint(
+    cli: &Cli,
+    client: &kube::Client,
+    shared: &Arc<Shared>,
+    tasks: &mut Supervisor,
+) -> Result<server::Endpoint, StartError> {
+    use captf_lock_exporter::cli::AuthMode;
+    use captf_lock_exporter::health::Outcome;
+    use server::auth::{Guard, KubeReviewer};
+    use server::tls::{Certificates, Reload, Source};
+    if cli.command == Some(Command::Demo) {
+        if cli.tls_cert_file.is_some() {
+            return Err(StartError::DemoEndpoint("--tls-cert-file"));
+        }
+        if cli.auth == Some(AuthMode::Kubernetes) {
+            return Err(StartError::DemoEndpoint("--auth kubernetes"));
+        }
+        tracing::info!("demo: plain HTTP, no authentication");
+        return Ok(server::Endpoint::open_plain());
+    }
+    let transport = if cli.plain_http {
+        server::Transport::Plain
+    } else {
+        let source = match (&cli.tls_cert_file, &cli.tls_key_file) {
+            (Some(cert), Some(key)) => Source::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            _ => Source::SelfSigned {
+                names: self_signed_names(cli),
+            },
+        };
+        let certs = Certificates::load(source)?;
+        // The accept loop builds the same settings; a failure shows here.
+        certs.server_config()?;
+        let health = shared.clone();
+        tasks.spawn(
+            "certificate watcher",
+            certs.clone().watch(RELOAD_EVERY, move |r| {
+                health.health.on_tls_reload(match r {
+                    Reload::Replaced | Reload::Unchanged => Outcome::Ok,
+                    Reload::Failed => Outcome::Error,
+                });
+            }),
+        );
+        server::Transport::Tls(certs)
+    };
+    let guard = match cli.auth.unwrap_or(AuthMode::Kubernetes) {
+        AuthMode::Kubernetes => {
+            Guard::kubernetes(Arc::new(KubeReviewer::new(client.clone(), REVIEW_TIMEOUT)))
+        }
+        AuthMode::None => Guard::Open,
+    };
+    let scheme = match &transport {
+        server::Transport::Plain => "plain HTTP".to_string(),
+        server::Transport::Tls(c) => format!("HTTPS (TLS 1.2+, {})", c.source()),
+    };
+    match (&guard, &transport) {
+        (Guard::Kubernetes(_), server::Transport::Tls(_)) => tracing::info!(
+            "endpoint: {scheme}; /metrics, / and /locks/... need a bearer token the API server accepts (TokenReview) and RBAC get on the path (SubjectAccessReview); /healthz and /readyz are open"
+        ),
+        (Guard::Kubernetes(_), server::Transport::Plain) => tracing::warn!(
+            "endpoint: {scheme} with token authentication: bearer tokens cross the network in the clear unless TLS ends in front of the exporter"
+        ),
+        (Guard::Open, _) => tracing::warn!(
+            "endpoint: {scheme}, --auth none: anyone who can reach the port reads lock holders, lock IDs and the commands to release them"
+        ),
+    }
+    Ok(server::Endpoint { transport, guard })
+}
+
+/// How often the certificate files are looked at (controller-runtime's
+/// certificate watcher polls as often).
+const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The longest one TokenReview or SubjectAccessReview may take.
+const REVIEW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Names in a self-signed certificate besides localhost: the host name
+/// (the pod name in a pod) and the listen address when it is specific.
+fn self_signed_names(cli: &Cli) -> Vec<String> {
+    let mut names = Vec::new();
+    if let Ok(host) = std::fs::read_to_string("/etc/hostname") {
+        let host = host.trim();
+        if !host.is_empty() {
+            names.push(host.to_string());
+        }
+    }
+    let ip = cli.listen_address.ip();
+    if !ip.is_unspecified() {
+        names.push(ip.to_string());
+    }
+    names
 }
 
 /// `locks` and `explain`: one read of the kubeconfig's cluster, printed.

@@ -22,6 +22,18 @@ pub struct ApiLink {
     throttle: Mutex<Throttle>,
     reset: OnceLock<Box<dyn Fn() + Send + Sync>>,
     last_reset: Mutex<Option<Instant>>,
+    reach: Mutex<Reach>,
+}
+
+/// Whether the API server could be reached, to tell a server that has just
+/// come back (and may refuse for a few seconds while its authorizer loads)
+/// from one whose RBAC really refuses.
+#[derive(Debug, Default)]
+struct Reach {
+    /// A request failed without any answer, and none came since.
+    unreachable: bool,
+    /// When the first answer after such a failure came.
+    back_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for ApiLink {
@@ -106,6 +118,28 @@ impl ApiLink {
             t.episode = false;
             tracing::info!("the API server answers again without asking to wait");
         }
+    }
+
+    /// A request got no answer at all (connection refused, reset, TLS).
+    pub fn note_unreachable(&self) {
+        lock(&self.reach).unreachable = true;
+    }
+
+    /// A request got an answer, whatever its status.
+    pub fn note_reached(&self) {
+        let mut r = lock(&self.reach);
+        if r.unreachable {
+            r.unreachable = false;
+            r.back_at = Some(Instant::now());
+        }
+    }
+
+    /// True when the API server answered again, after a time it could not
+    /// be reached, less than `within` ago: it has probably just restarted.
+    pub fn came_back_within(&self, within: Duration) -> bool {
+        lock(&self.reach)
+            .back_at
+            .is_some_and(|t| t.elapsed() < within)
     }
 
     /// How long requests should still wait, if the server asked.

@@ -153,6 +153,18 @@ pub fn observe<S>(inner: S, link: Arc<ApiLink>) -> Observed<S> {
     }
 }
 
+/// `captf-lock-exporter/<version> (<os>/<arch>)`, client-go's form.
+pub fn user_agent() -> http::HeaderValue {
+    let ua = format!(
+        "captf-lock-exporter/{} ({}/{})",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
+    http::HeaderValue::from_str(&ua)
+        .unwrap_or_else(|_| http::HeaderValue::from_static("captf-lock-exporter"))
+}
+
 fn connector(config: &kube::Config, tuning: Tuning) -> Result<Connector, ClientError> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -230,6 +242,11 @@ where
     }
 
     fn call(&mut self, mut req: Request<Body>) -> Self::Future {
+        // As client-go does, so that an audit log or an API Priority and
+        // Fairness rule can tell the exporter from other clients.
+        req.headers_mut()
+            .entry(http::header::USER_AGENT)
+            .or_insert_with(user_agent);
         if let Some(token) = &self.token {
             match token.header() {
                 Ok(h) => {
@@ -241,7 +258,14 @@ where
         let fut = self.inner.call(req);
         let (link, token) = (self.link.clone(), self.token.clone());
         Box::pin(async move {
-            let resp = fut.await.map_err(Into::into)?;
+            let resp = match fut.await {
+                Ok(r) => r,
+                Err(e) => {
+                    link.note_unreachable();
+                    return Err(e.into());
+                }
+            };
+            link.note_reached();
             let status = resp.status().as_u16();
             match status {
                 429 | 503 => {

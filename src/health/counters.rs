@@ -12,6 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use super::endpoint::{AuthLabels, AuthResult, Outcome, OutcomeLabels, Review, ReviewLabels};
 use super::{ErrorReason, Health, ReadResult};
 use crate::index::Resource;
 
@@ -59,6 +60,9 @@ pub(super) struct Counters {
     pub(super) events: Family<ResourceLabels, Counter>,
     pub(super) errors: Family<ErrorLabels, Counter>,
     pub(super) pod_reads: Family<ReadLabels, Counter>,
+    pub(super) auth: Family<AuthLabels, Counter>,
+    pub(super) reviews: Family<ReviewLabels, Counter>,
+    pub(super) tls_reloads: Family<OutcomeLabels, Counter>,
 }
 
 /// Reads one counter; 0 when its series was never touched.
@@ -135,6 +139,33 @@ impl Health {
             InOrder {
                 family: c.pod_reads.clone(),
                 series: ReadResult::ALL.map(|result| ReadLabels { result }).to_vec(),
+            },
+        );
+        registry.register(
+            "captf_lock_exporter_http_auth",
+            "Requests for protected paths by what authentication and authorization decided",
+            InOrder {
+                family: c.auth.clone(),
+                series: AuthResult::ALL.map(|result| AuthLabels { result }).to_vec(),
+            },
+        );
+        registry.register(
+            "captf_lock_exporter_auth_reviews",
+            "TokenReview and SubjectAccessReview calls to the API server (cache misses) by result",
+            InOrder {
+                family: c.reviews.clone(),
+                series: Review::ALL
+                    .into_iter()
+                    .flat_map(|review| Outcome::ALL.map(|result| ReviewLabels { review, result }))
+                    .collect(),
+            },
+        );
+        registry.register(
+            "captf_lock_exporter_tls_reloads",
+            "Changed TLS certificate files read again, by whether the new pair is served",
+            InOrder {
+                family: c.tls_reloads.clone(),
+                series: Outcome::ALL.map(|result| OutcomeLabels { result }).to_vec(),
             },
         );
     }

@@ -1,6 +1,9 @@
 //! Watch health and self-metrics counters, shared by watchers and `/metrics`.
 
 mod counters;
+mod endpoint;
+
+pub use endpoint::{AuthResult, Outcome, Review};
 
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};

@@ -4,11 +4,14 @@
 //!   connection becoming ready for one: a half-sent request, or an idle
 //!   keep-alive connection, is closed after it (hyper starts the timer
 //!   whenever it waits for a head, so both are covered by one setting).
-//! - At most `max_connections` are open. When all are taken the loop stops
-//!   accepting: new connections wait in the kernel's listen backlog until
-//!   one closes (at the latest when its header timeout fires), instead of
-//!   being accepted only to be dropped, which a scraper would see as a
-//!   reset rather than a slow answer.
+//! - At most `max_connections` are open. A connection accepted with every
+//!   slot taken takes the slot of the one whose bytes moved longest ago, if
+//!   that was at least `stalled_after` ago (see [`super::slots`]): clients
+//!   that never read, never finish a TLS handshake or sit idle cannot keep
+//!   a scraper out. When every open connection is moving bytes, the new
+//!   one waits for a slot and the ones behind it wait in the kernel's
+//!   listen backlog.
+//! - Over TLS, the handshake must finish within `header_read_timeout`.
 //! - An `accept()` error (EMFILE, ENFILE, ENOBUFS...) sleeps 10 ms doubling
 //!   to 1 s, and is logged once per episode, not once per attempt.
 //! - Every response must be written whole within `response_timeout` of its
@@ -41,9 +44,48 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify, Semaphore};
 use tokio::time::Instant;
 
+use super::auth::Guard;
+use super::slots::{Progressing, Registered, Slots};
+use super::tls::Certificates;
 use super::{respond, RespBody};
 use crate::metrics::{Exposition, ScrapeCache};
 use crate::shared::Shared;
+
+/// How connections are spoken to.
+#[derive(Clone, Debug)]
+pub enum Transport {
+    /// Plain HTTP/1.1.
+    Plain,
+    /// HTTP/1.1 over TLS 1.2 or 1.3, the certificate from [`Certificates`].
+    Tls(Arc<Certificates>),
+}
+
+/// What the endpoint speaks and who may read it.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// Plain or TLS.
+    pub transport: Transport,
+    /// Who may read the protected paths.
+    pub guard: Guard,
+}
+
+impl Endpoint {
+    /// Plain HTTP, everyone allowed: the demo's endpoint and the tests'.
+    pub fn open_plain() -> Endpoint {
+        Endpoint {
+            transport: Transport::Plain,
+            guard: Guard::Open,
+        }
+    }
+}
+
+/// What every connection's requests are answered from.
+struct App {
+    shared: Arc<Shared>,
+    cache: Arc<ScrapeCache>,
+    pages: Arc<Semaphore>,
+    guard: Guard,
+}
 
 /// Limits of the admin server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +103,9 @@ pub struct Config {
     pub response_timeout: Duration,
     /// On-call pages (`/`, `/locks/...`) rendered at once.
     pub max_page_renders: usize,
+    /// At the connection cap, how long a connection's bytes must have been
+    /// still before a newcomer may take its slot.
+    pub stalled_after: Duration,
 }
 
 impl Config {
@@ -81,6 +126,7 @@ impl Config {
         drain: Duration::from_secs(5),
         response_timeout: Duration::from_secs(30),
         max_page_renders: 4,
+        stalled_after: Duration::from_secs(1),
     };
 }
 
@@ -157,10 +203,11 @@ pub async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
     exposition: Exposition,
+    endpoint: Endpoint,
     shutdown: watch::Receiver<bool>,
 ) {
     let cache = ScrapeCache::with_exposition(shared.clone(), exposition);
-    serve_with(listener, shared, cache, Config::DEFAULT, shutdown).await;
+    serve_with(listener, shared, cache, Config::DEFAULT, endpoint, shutdown).await;
 }
 
 /// [`serve`] with any listener, cache and limits.
@@ -169,10 +216,11 @@ pub async fn serve_with<L: Listener>(
     shared: Arc<Shared>,
     cache: Arc<ScrapeCache>,
     config: Config,
+    endpoint: Endpoint,
     shutdown: watch::Receiver<bool>,
 ) {
     let pages = page_renders(config);
-    serve_limited(listener, shared, cache, pages, config, shutdown).await;
+    serve_limited(listener, shared, cache, pages, config, endpoint, shutdown).await;
 }
 
 /// The bound on on-call page renders in flight.
@@ -182,6 +230,33 @@ fn page_renders(config: Config) -> Arc<Semaphore> {
     ))
 }
 
+/// A slot for a connection just accepted: a free one, else the slot of the
+/// connection still longest (at least `stalled_after`), else the first to
+/// free up, looking again for a stalled connection every 100 ms.
+async fn slot(
+    slots: &Arc<Semaphore>,
+    open: &Slots,
+    stalled_after: Duration,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    loop {
+        match slots.clone().try_acquire_owned() {
+            Ok(p) => return Some(p),
+            Err(tokio::sync::TryAcquireError::Closed) => return None,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {}
+        }
+        let evicted = open.evict_stalest(stalled_after);
+        let wait = if evicted {
+            // Its task ends at once and gives the slot back.
+            Duration::from_secs(1)
+        } else {
+            Duration::from_millis(100)
+        };
+        if let Ok(p) = tokio::time::timeout(wait, slots.clone().acquire_owned()).await {
+            return p.ok();
+        }
+    }
+}
+
 /// [`serve_with`] with the page-render bound given (tests watch it).
 async fn serve_limited<L: Listener>(
     mut listener: L,
@@ -189,20 +264,32 @@ async fn serve_limited<L: Listener>(
     cache: Arc<ScrapeCache>,
     pages: Arc<Semaphore>,
     config: Config,
+    endpoint: Endpoint,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let max = config.max_connections.clamp(1, Semaphore::MAX_PERMITS);
     let slots = Arc::new(Semaphore::new(max));
+    let open = Slots::new();
+    let tls = match &endpoint.transport {
+        Transport::Plain => None,
+        Transport::Tls(certs) => match certs.server_config() {
+            Ok(c) => Some(tokio_rustls::TlsAcceptor::from(c)),
+            Err(err) => {
+                // Checked at start (main builds the same settings first);
+                // refusing to serve beats serving in the clear.
+                tracing::error!(error = %err, "cannot build the TLS settings; not serving");
+                return;
+            }
+        },
+    };
+    let app = Arc::new(App {
+        shared,
+        cache,
+        pages,
+        guard: endpoint.guard,
+    });
     let mut backoff = AcceptBackoff::default();
     loop {
-        // A slot first: with every slot taken nothing is accepted.
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            () = stopping(&mut shutdown) => break,
-        };
         let accepted = tokio::select! {
             a = listener.accept() => a,
             () = stopping(&mut shutdown) => break,
@@ -214,7 +301,6 @@ async fn serve_limited<L: Listener>(
                 if first {
                     tracing::warn!(error = %err, "accept failed; retrying with backoff up to 1 s");
                 }
-                drop(permit);
                 tokio::select! {
                     () = tokio::time::sleep(delay) => continue,
                     () = stopping(&mut shutdown) => break,
@@ -224,10 +310,20 @@ async fn serve_limited<L: Listener>(
         if let Some(errors) = backoff.on_success() {
             tracing::info!(errors, "accept recovered");
         }
-        let (shared, cache, shutdown) = (shared.clone(), cache.clone(), shutdown.clone());
-        let pages = pages.clone();
+        // Accepted first, then given a slot: only a connection that is
+        // really waiting may take a stalled one's slot. While this one
+        // waits, nothing more is accepted.
+        let permit = tokio::select! {
+            p = slot(&slots, &open, config.stalled_after) => match p {
+                Some(p) => p,
+                None => break,
+            },
+            () = stopping(&mut shutdown) => break,
+        };
+        let registered = open.register();
+        let (app, tls, shutdown) = (app.clone(), tls.clone(), shutdown.clone());
         tokio::spawn(async move {
-            connection(io, shared, cache, pages, config, shutdown).await;
+            connection(io, app, tls, registered, config, shutdown).await;
             drop(permit);
         });
     }
@@ -246,11 +342,45 @@ async fn serve_limited<L: Listener>(
     }
 }
 
+/// One connection: the TLS handshake if any (bounded by the header
+/// timeout), then HTTP/1.1.
 async fn connection<I>(
     io: I,
-    shared: Arc<Shared>,
-    cache: Arc<ScrapeCache>,
-    pages: Arc<Semaphore>,
+    app: Arc<App>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    registered: Registered,
+    config: Config,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let conn = registered.conn.clone();
+    let io = Progressing {
+        io,
+        conn: conn.clone(),
+    };
+    let Some(acceptor) = tls else {
+        return http(io, app, &registered, config, shutdown).await;
+    };
+    let handshake = tokio::select! {
+        r = tokio::time::timeout(config.header_read_timeout, acceptor.accept(io)) => r,
+        () = conn.evicted() => return,
+        () = stopping(&mut shutdown) => return,
+    };
+    match handshake {
+        Ok(Ok(stream)) => http(stream, app, &registered, config, shutdown).await,
+        Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
+        Err(_) => tracing::debug!(
+            timeout = ?config.header_read_timeout,
+            "TLS handshake not finished in time; connection closed"
+        ),
+    }
+}
+
+async fn http<I>(
+    io: I,
+    app: Arc<App>,
+    registered: &Registered,
     config: Config,
     mut shutdown: watch::Receiver<bool>,
 ) where
@@ -260,11 +390,11 @@ async fn connection<I>(
     let svc = {
         let clock = clock.clone();
         service_fn(move |req: Request<Incoming>| {
-            let (shared, cache, pages) = (shared.clone(), cache.clone(), pages.clone());
+            let app = app.clone();
             // The head has been read: from here the response is owed.
             let guard = clock.start();
             async move {
-                let r = respond(&shared, &cache, &pages, &req).await;
+                let r = respond(&app.shared, &app.cache, &app.pages, &app.guard, &req).await;
                 Ok::<_, Infallible>(r.map(|body| Tracked { body, guard }.boxed()))
             }
         })
@@ -283,6 +413,10 @@ async fn connection<I>(
         r = conn.as_mut() => r,
         () = clock.overdue() => {
             overdue(config.response_timeout);
+            return;
+        }
+        () = registered.conn.evicted() => {
+            tracing::debug!("connection closed to give its slot to a new one (it was the stillest at the cap)");
             return;
         }
         () = stopping(&mut shutdown) => {

@@ -2,12 +2,18 @@
 //!
 //! `/metrics` is answered from the scrape cache (shared bytes, gzip when
 //! asked); `listen` owns the accept loop and its limits: header-read
-//! timeout, response deadline, connection cap, page-render bound, backoff
-//! on accept errors, graceful shutdown.
+//! timeout, response deadline, connection cap with fair slots (`slots`),
+//! page-render bound, backoff on accept errors, graceful shutdown. `tls`
+//! serves the certificate (files read again when they change, or
+//! self-signed); `auth` decides who may read the protected paths (the API
+//! server's TokenReview and SubjectAccessReview).
 
+pub mod auth;
 mod listen;
+mod slots;
+pub mod tls;
 
-pub use listen::{serve, serve_with, AcceptBackoff, Config, Listener};
+pub use listen::{serve, serve_with, AcceptBackoff, Config, Endpoint, Listener, Transport};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,8 +23,8 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE,
-    RETRY_AFTER, VARY,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH,
+    CONTENT_TYPE, RETRY_AFTER, VARY, WWW_AUTHENTICATE,
 };
 use hyper::{Method, Request, Response, StatusCode};
 use std::convert::Infallible;
@@ -28,6 +34,7 @@ use tokio::sync::Semaphore;
 use crate::health::NotUp;
 use crate::metrics::{render, AcceptEncoding, Body, Format, ScrapeCache};
 use crate::shared::Shared;
+use auth::{Guard, Refusal};
 
 /// Errors of the admin server.
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +180,7 @@ pub async fn respond(
     shared: &Arc<Shared>,
     cache: &Arc<ScrapeCache>,
     pages: &Arc<Semaphore>,
+    guard: &Guard,
     req: &Request<Incoming>,
 ) -> Response<RespBody> {
     let header = |name| {
@@ -181,6 +189,17 @@ pub async fn respond(
             .and_then(|v: &HeaderValue| v.to_str().ok())
     };
     let method = req.method().clone();
+    if let Err(refusal) = guard
+        .check(
+            &shared.health,
+            &method,
+            req.uri().path(),
+            req.headers().get(AUTHORIZATION),
+        )
+        .await
+    {
+        return boxed(refused(&refusal));
+    }
     // The pages read their filters from the query string.
     let path = req
         .uri()
@@ -238,6 +257,39 @@ pub async fn respond(
         )
     });
     boxed(r)
+}
+
+/// The answer to a request the guard refused. The token is not echoed;
+/// the user is (it is the caller's own name, as the API server's 403 says).
+fn refused(refusal: &Refusal) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    match refusal {
+        Refusal::Unauthenticated(why) => {
+            let mut r = reply(StatusCode::UNAUTHORIZED, TEXT, format!("unauthorized: {why}\n"));
+            r.headers_mut().insert(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"captf-lock-exporter\""),
+            );
+            r
+        }
+        Refusal::Forbidden { user, path } => reply(
+            StatusCode::FORBIDDEN,
+            TEXT,
+            format!(
+                "forbidden: user {user:?} may not get {path:?} (RBAC: a ClusterRole with nonResourceURLs [{path:?}], verbs [get])\n"
+            ),
+        ),
+        Refusal::Unavailable => {
+            let mut r = reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TEXT,
+                "cannot check the request: the API server does not answer reviews\n",
+            );
+            r.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("5"));
+            r
+        }
+    }
 }
 
 /// The answer to a page request over the render bound.

@@ -156,6 +156,21 @@ impl Backoff {
     }
 }
 
+/// `plural.group` as RBAC and kubectl name a resource (`pods` for the
+/// core group).
+fn rbac_name(resource: crate::index::Resource) -> String {
+    let spec = resource.spec();
+    if spec.group.is_empty() {
+        spec.plural.to_string()
+    } else {
+        format!("{}.{}", spec.plural, spec.group)
+    }
+}
+
+/// How long after the API server came back a 403 may be its authorizer
+/// still loading.
+const JUST_RESTARTED: Duration = Duration::from_secs(30);
+
 /// What the loop reports to: the index (through `ingest`) and health.
 struct Sink<'a, T>
 where
@@ -197,11 +212,30 @@ where
                 scope = self.ingest.namespace(),
                 "resource not served by the API server (CRD not installed?); retrying"
             ),
-            ErrorReason::Forbidden | ErrorReason::Unauthorized => tracing::warn!(
+            // A kube-apiserver that has just started refuses for a few
+            // seconds until its authorizer has loaded RBAC; say so only
+            // when the server was unreachable a moment ago, else the
+            // reader would look there instead of at the missing rule.
+            ErrorReason::Forbidden if self.shared.api.came_back_within(JUST_RESTARTED) => tracing::warn!(
                 resource = resource.as_str(),
                 scope = self.ingest.namespace(),
                 reason = reason.as_str(),
-                "access denied (RBAC needs get/list/watch; a kube-apiserver that just started refuses for a few seconds until its authorization cache is loaded); retrying"
+                "access denied just after the API server came back (a kube-apiserver that just started refuses for a few seconds until its authorization cache is loaded); retrying"
+            ),
+            ErrorReason::Forbidden => tracing::warn!(
+                resource = resource.as_str(),
+                scope = self.ingest.namespace(),
+                reason = reason.as_str(),
+                error = %detail,
+                "access denied: RBAC does not let this exporter's identity get, list and watch {} in {}; grant them (the chart's ClusterRole, or a Role in each watched namespace); retrying",
+                rbac_name(resource),
+                if self.ingest.namespace().is_empty() { "all namespaces" } else { self.ingest.namespace() }
+            ),
+            ErrorReason::Unauthorized => tracing::warn!(
+                resource = resource.as_str(),
+                scope = self.ingest.namespace(),
+                reason = reason.as_str(),
+                "the API server does not accept the exporter's credentials (401): the token expired or was revoked, or the kubeconfig is wrong; retrying (a token file is read again)"
             ),
             _ => tracing::warn!(
                 resource = resource.as_str(),

@@ -72,18 +72,35 @@ class Exporter(ManagedProcess):
     stop_timeout = 10.0
 
     def __init__(self, binary: str, kubeconfig: Path, log_path: Path, extra_args: Iterable[str] = (),
-                 log_level: str = "debug"):
+                 log_level: str = "debug", secure: bool = False, token: str | None = None,
+                 ca: str | None = None):
+        """``secure=False`` (most tests): plain HTTP without authentication (``--plain-http
+        --auth=none``), added unless ``extra_args`` choose the endpoint themselves.
+        ``secure=True``: the production default, HTTPS with Kubernetes authentication; scrapes
+        send ``token`` as a bearer token and verify the certificate with ``ca`` (a PEM path), or
+        skip verification when ``ca`` is None (the self-signed certificate)."""
         super().__init__("exporter", [binary], log_path)
         self.binary = binary
         self.kubeconfig = kubeconfig
         self.extra_args = list(extra_args)
         self.log_level = log_level
+        self.secure = secure
         self.port = 0
         self.http = requests.Session()
+        if secure:
+            self.http.verify = ca if ca else False
+            if token:
+                self.http.headers["Authorization"] = f"Bearer {token}"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.secure else 'http'}://127.0.0.1:{self.port}"
+
+    def endpoint_args(self) -> list[str]:
+        """The flags that choose the endpoint, unless the test gave its own."""
+        if self.secure or any(a.startswith(("--plain-http", "--auth", "--tls-")) for a in self.extra_args):
+            return []
+        return ["--plain-http", "--auth=none"]
 
     def start(self) -> "Exporter":
         if not os.access(self.binary, os.X_OK):
@@ -98,7 +115,8 @@ class Exporter(ManagedProcess):
         self.env = env
         self.argv = [self.binary, "--kubeconfig", str(self.kubeconfig),
                      "--listen-address", f"127.0.0.1:{self.port}",
-                     "--log-format", "json", "--log-level", self.log_level, *self.extra_args]
+                     "--log-format", "json", "--log-level", self.log_level, *self.endpoint_args(),
+                     *self.extra_args]
         super().start()
         return self
 

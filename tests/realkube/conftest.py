@@ -155,11 +155,15 @@ def start_exporter(cp: ControlPlane, install: Install, tmp_path: Path,
     on_failure(request.node, lambda: [log_section(e, 300) for e in started])
 
     def start(token: str | None = None, extra_args: tuple[str, ...] = (), wait_up: bool = True,
-              resources: tuple[str, ...] = RESOURCES) -> Exporter:
+              resources: tuple[str, ...] = RESOURCES, secure: bool = False,
+              scrape_token: str | None = None, ca: str | None = None) -> Exporter:
+        """``secure``: HTTPS with Kubernetes authentication (the production default), scraped
+        with ``scrape_token`` and the certificate verified with ``ca`` (None: not verified)."""
         kc = cp.kubeconfig(tmp_path / f"kubeconfig-{len(started)}", token or install.token)
         for attempt in range(3):
             exp = Exporter(exporter_bin(), kc, tmp_path / f"exporter-{len(started)}.log", extra_args,
-                           log_level="info,captf_lock_exporter=debug")
+                           log_level="info,captf_lock_exporter=debug", secure=secure,
+                           token=scrape_token, ca=ca)
             started.append(exp)
             exp.start()
             try:

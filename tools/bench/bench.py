@@ -325,7 +325,7 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
         ex_log = workdir / f"exporter-{n}.log"
         t_start = time.perf_counter()
         exporter = start([args.exporter, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
-                          "--log-level", "warn"], ex_log, env=env)
+                          "--plain-http", "--auth=none", "--log-level", "warn"], ex_log, env=env)
         pid = exporter.pid
 
         async def ready():

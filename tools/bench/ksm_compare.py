@@ -739,7 +739,7 @@ def main() -> int:
                if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
         m0, t0 = mark(cp), time.monotonic()
         p = start([str(exporter_bin), "--kubeconfig", str(exp_kc), "--listen-address", f"127.0.0.1:{port}",
-                   "--log-format", "json", "--log-level", "info"], workdir / "exporter.log", env=env)
+                   "--plain-http", "--auth=none", "--log-format", "json", "--log-level", "info"], workdir / "exporter.log", env=env)
 
         def exporter_ready(s: Scraper) -> bool:
             _, status, _, _ = s.get("/readyz", "*/*", "identity")

@@ -464,7 +464,7 @@ async def run(args, workdir: Path) -> int:
                if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
         ex_log = workdir / "exporter.log"
         exporter = start([args.exporter, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
-                          "--log-level", "warn"], ex_log, env=env)
+                          "--plain-http", "--auth=none", "--log-level", "warn"], ex_log, env=env)
         pid = exporter.pid
         t_start = time.monotonic()
 

@@ -66,6 +66,7 @@ impl Harness {
             cache.clone(),
             pages.clone(),
             config,
+            Endpoint::open_plain(),
             stop_rx,
         ));
         Harness {
@@ -271,24 +272,58 @@ async fn half_sent_and_idle_connections_are_closed_by_the_header_timeout() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn with_every_slot_taken_nothing_more_is_accepted() {
+async fn at_the_cap_a_newcomer_takes_the_slot_of_the_connection_still_longest() {
     let h = Harness::start(Config {
         max_connections: 2,
         ..Config::DEFAULT
     });
-    let a = h.connect();
+    let mut a = h.connect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut b = h.connect();
+    // b moves bytes: a request answered.
+    let reply = get(&mut b, "/healthz", "").await;
+    assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
+    let mut c = h.connect();
+    // Accepted, waiting for a slot; nothing more is accepted meanwhile.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        h.accepts(),
+        3,
+        "the third is accepted and waits; no fourth accept"
+    );
+    // Once a has been still for stalled_after, it gives its slot to c.
+    assert!(
+        closed(&mut a).await,
+        "the stillest connection was not closed"
+    );
+    let reply = get(&mut c, "/healthz", "").await;
+    assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
+    // b stayed: it was served more recently than a.
+    let again = get(&mut b, "/healthz", "").await;
+    assert!(again.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn below_the_still_limit_nobody_is_closed_and_the_newcomer_waits() {
+    let h = Harness::start(Config {
+        max_connections: 1,
+        stalled_after: Duration::from_secs(3600),
+        ..Config::DEFAULT
+    });
+    let mut a = h.connect();
     let _b = h.connect();
-    let _c = h.connect();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    // Two connections served, and no accept() waiting for a third.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // a is still served: b waits instead of taking its slot.
+    let reply = get(&mut a, "/healthz", "").await;
+    assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
     assert_eq!(h.accepts(), 2);
-    // One closes: the third is accepted.
-    drop(a);
-    tokio::time::sleep(Duration::from_millis(1)).await;
-    assert_eq!(h.accepts(), 3);
-    // The other two are idle: both go at the header timeout.
-    tokio::time::sleep(Config::DEFAULT.header_read_timeout).await;
-    assert_eq!(h.accepts(), 4, "all slots free, waiting for a connection");
+    // At a's header timeout its slot frees: the next accept happens.
+    tokio::time::sleep(Config::DEFAULT.header_read_timeout + Duration::from_secs(1)).await;
+    assert_eq!(
+        h.accepts(),
+        3,
+        "b got a's slot; the loop waits for the next connection"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -428,6 +463,8 @@ async fn a_tcp_client_that_never_reads_is_dropped_at_the_deadline_and_frees_its_
     let config = Config {
         max_connections: 1,
         response_timeout: deadline,
+        // The deadline alone is under test here: nobody takes its slot.
+        stalled_after: Duration::from_secs(3600),
         ..Config::DEFAULT
     };
     let (shared, _rx) = Shared::new();
@@ -442,7 +479,14 @@ async fn a_tcp_client_that_never_reads_is_dropped_at_the_deadline_and_frees_its_
         panic!("no local address");
     };
     let (_stop, stop_rx) = watch::channel(false);
-    tokio::spawn(serve_with(listener, shared, cache, config, stop_rx));
+    tokio::spawn(serve_with(
+        listener,
+        shared,
+        cache,
+        config,
+        Endpoint::open_plain(),
+        stop_rx,
+    ));
 
     // The client that asks and never reads, with a small receive buffer.
     let Ok(socket) = TcpSocket::new_v4() else {
@@ -618,4 +662,70 @@ async fn accepted_tcp_connections_have_nagle_off() {
     let stream = Listener::accept(&mut listener).await.expect("accept");
     assert!(stream.nodelay().expect("reads the option"));
     drop(client.await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_clients_that_never_read_cannot_keep_a_scraper_out() {
+    // Every slot taken by a client that asked for 12 MB and reads nothing;
+    // the production deadline (30 s) would free one only much later.
+    let config = Config {
+        max_connections: 4,
+        ..Config::DEFAULT
+    };
+    let (shared, _rx) = Shared::new();
+    hold_locks(&shared, 10_000);
+    let cache = ScrapeCache::new(shared.clone());
+    let Ok(listener) = TcpListener::bind("127.0.0.1:0").await else {
+        panic!("cannot bind a loopback port");
+    };
+    let Ok(addr) = listener.local_addr() else {
+        panic!("no local address");
+    };
+    let (_stop, stop_rx) = watch::channel(false);
+    tokio::spawn(serve_with(
+        listener,
+        shared,
+        cache,
+        config,
+        Endpoint::open_plain(),
+        stop_rx,
+    ));
+    let mut slow = Vec::new();
+    for _ in 0..config.max_connections {
+        let Ok(socket) = TcpSocket::new_v4() else {
+            panic!("no socket");
+        };
+        assert!(socket.set_recv_buffer_size(4096).is_ok());
+        let Ok(mut s) = socket.connect(addr).await else {
+            panic!("cannot connect");
+        };
+        assert!(s
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .is_ok());
+        slow.push(s);
+    }
+    let Ok(mut scraper) = TcpStream::connect(addr).await else {
+        panic!("cannot connect the scraper");
+    };
+    let req = b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert!(scraper.write_all(req).await.is_ok());
+    let mut answer = Vec::new();
+    // Well inside the 30 s deadline: a slot was given up, not timed out.
+    let bound = Config::DEFAULT.response_timeout / 3;
+    let read = tokio::time::timeout(bound, scraper.read_to_end(&mut answer)).await;
+    assert!(
+        read.is_ok(),
+        "the scraper was not answered within {bound:?}"
+    );
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer[..answer.len().min(200)])
+    );
+    assert_eq!(
+        content_length(&answer),
+        Some(answer.len()),
+        "the whole body arrived"
+    );
 }

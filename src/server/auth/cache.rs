@@ -1,0 +1,253 @@
+//! A small cache of review answers, as kube-rbac-proxy and
+//! controller-runtime's metrics filter keep them: bounded in size, each
+//! answer fresh for a time-to-live, then kept a while longer only as a
+//! fallback for when the API server cannot be asked.
+//!
+//! Concurrent requests for the same key share one review call (the first
+//! asks, the others wait for its answer), so a burst of scrapes with a new
+//! token costs the API server one TokenReview, not one per scrape.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+/// How long an answer is used without asking again, and how long after
+/// that it may stand in for an API server that cannot be asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ttl {
+    /// Used as it is until then.
+    pub fresh: Duration,
+    /// Used only when a new review fails, until fresh + this.
+    pub fallback: Duration,
+}
+
+#[derive(Debug)]
+struct Entry<V> {
+    value: V,
+    at: Instant,
+    ttl: Ttl,
+}
+
+/// What a lookup found, and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found<V> {
+    /// A fresh cached answer: no call made.
+    Cached(V),
+    /// A new answer from the review.
+    Reviewed(V),
+    /// The review failed; an older answer within its fallback time is used.
+    Fallback(V),
+}
+
+impl<V> Found<V> {
+    /// The answer.
+    pub fn value(&self) -> &V {
+        match self {
+            Found::Cached(v) | Found::Reviewed(v) | Found::Fallback(v) => v,
+        }
+    }
+}
+
+/// A bounded cache of answers by key, with one review in flight per key.
+#[derive(Debug)]
+pub struct Cache<K, V> {
+    capacity: usize,
+    entries: Mutex<HashMap<K, Entry<V>>>,
+    in_flight: Mutex<HashMap<K, Arc<OnceCell<V>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl<K: Clone + Eq + Hash, V: Clone> Cache<K, V> {
+    /// A cache of at most `capacity` answers.
+    pub fn new(capacity: usize) -> Self {
+        Cache {
+            capacity: capacity.max(1),
+            entries: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Answers held now.
+    pub fn len(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
+    /// True when nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The answer for `key`: cached while fresh, else from `review` (one
+    /// call shared by every concurrent caller), kept for `ttl_of` its
+    /// answer. A failed review falls back to an older answer within its
+    /// fallback time; without one the error is returned.
+    pub async fn get<E, F, Fut>(
+        &self,
+        key: &K,
+        ttl_of: impl Fn(&V) -> Ttl,
+        review: F,
+    ) -> Result<Found<V>, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<V, E>>,
+    {
+        let now = Instant::now();
+        let fallback = {
+            let entries = lock(&self.entries);
+            match entries.get(key) {
+                Some(e) if now < e.at + e.ttl.fresh => return Ok(Found::Cached(e.value.clone())),
+                Some(e) if now < e.at + e.ttl.fresh + e.ttl.fallback => Some(e.value.clone()),
+                _ => None,
+            }
+        };
+        let cell = lock(&self.in_flight)
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(OnceCell::new()))
+            .clone();
+        // The first caller runs its review; the others wait for it and
+        // share a success. A failure is not stored: each waiter then runs
+        // its own review (and the first one sees its own error).
+        let mut reviewed = false;
+        let result = cell
+            .get_or_try_init(|| {
+                reviewed = true;
+                review()
+            })
+            .await
+            .cloned();
+        if let (Ok(v), true) = (&result, reviewed) {
+            // Stored before the cell goes, so a caller arriving in between
+            // finds it.
+            self.insert(key, v, ttl_of(v));
+        }
+        {
+            let mut flight = lock(&self.in_flight);
+            if flight.get(key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                flight.remove(key);
+            }
+        }
+        match result {
+            Ok(v) if reviewed => Ok(Found::Reviewed(v)),
+            Ok(v) => Ok(Found::Cached(v)),
+            Err(e) => match fallback {
+                Some(v) => Ok(Found::Fallback(v)),
+                None => Err(e),
+            },
+        }
+    }
+
+    fn insert(&self, key: &K, value: &V, ttl: Ttl) {
+        let now = Instant::now();
+        let mut entries = lock(&self.entries);
+        if entries.len() >= self.capacity && !entries.contains_key(key) {
+            entries.retain(|_, e| now < e.at + e.ttl.fresh + e.ttl.fallback);
+            if entries.len() >= self.capacity {
+                let oldest = entries
+                    .iter()
+                    .min_by_key(|(_, e)| e.at)
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    entries.remove(&k);
+                }
+            }
+        }
+        entries.insert(
+            key.clone(),
+            Entry {
+                value: value.clone(),
+                at: now,
+                ttl,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const TTL: Ttl = Ttl {
+        fresh: Duration::from_secs(60),
+        fallback: Duration::from_secs(600),
+    };
+
+    async fn ask(
+        cache: &Cache<u32, bool>,
+        key: u32,
+        answer: Result<bool, &'static str>,
+    ) -> Result<Found<bool>, &'static str> {
+        cache.get(&key, |_| TTL, || async move { answer }).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fresh_answers_are_reused_then_asked_again_and_kept_as_a_fallback() {
+        let cache = Cache::new(8);
+        assert_eq!(ask(&cache, 1, Ok(true)).await, Ok(Found::Reviewed(true)));
+        assert_eq!(ask(&cache, 1, Ok(false)).await, Ok(Found::Cached(true)));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        // Past fresh: asked again; the review fails: the old answer stands in.
+        assert_eq!(ask(&cache, 1, Err("down")).await, Ok(Found::Fallback(true)));
+        // A new answer replaces it.
+        assert_eq!(ask(&cache, 1, Ok(false)).await, Ok(Found::Reviewed(false)));
+        tokio::time::advance(Duration::from_secs(61 + 600)).await;
+        // Past the fallback time too: the error is the answer.
+        assert_eq!(ask(&cache, 1, Err("down")).await, Err("down"));
+        // A key never answered has no fallback.
+        assert_eq!(ask(&cache, 2, Err("down")).await, Err("down"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cache_never_holds_more_than_its_capacity() {
+        let cache = Cache::new(4);
+        for key in 0..100 {
+            assert!(ask(&cache, key, Ok(true)).await.is_ok());
+            assert!(cache.len() <= 4, "{} entries", cache.len());
+        }
+        // The newest stay.
+        assert_eq!(ask(&cache, 99, Ok(false)).await, Ok(Found::Cached(true)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_callers_share_one_review() {
+        let cache = Arc::new(Cache::<u32, bool>::new(8));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let (cache, calls, gate) = (cache.clone(), calls.clone(), gate.clone());
+            tasks.push(tokio::spawn(async move {
+                cache
+                    .get(
+                        &7,
+                        |_| TTL,
+                        || async move {
+                            calls.fetch_add(1, Ordering::SeqCst);
+                            // Held until every caller has queued behind it.
+                            gate.notified().await;
+                            Ok::<bool, ()>(true)
+                        },
+                    )
+                    .await
+            }));
+        }
+        // Whenever the others arrive, they either wait on the one review in
+        // flight or find its stored answer: no second call either way.
+        gate.notify_one();
+        for t in tasks {
+            assert!(matches!(t.await, Ok(Ok(f)) if *f.value()));
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "one review for 16 callers");
+    }
+}

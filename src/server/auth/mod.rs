@@ -1,0 +1,311 @@
+//! Who may read the endpoint: as the API server decides, the way
+//! controller-runtime's secure metrics server and kube-rbac-proxy decide.
+//!
+//! A request for a protected path must carry `Authorization: Bearer
+//! <token>`. The token is reviewed (TokenReview) and the user it names is
+//! checked for `get` on the request's path as a non-resource URL
+//! (SubjectAccessReview), so RBAC grants it with
+//! `nonResourceURLs: ["/metrics"]` (scrapers) or `["/", "/locks/*"]`
+//! (people reading the pages). Answers are cached ([`cache`]): a token for
+//! a minute, an allowed path for five, a refusal for ten or thirty
+//! seconds. `/healthz`, `/livez`, `/readyz` (and their aliases) stay open:
+//! the kubelet probes them without a token and they say nothing about
+//! locks.
+//!
+//! The token itself is never logged, never kept (the caches key on its
+//! SHA-256), and never sent anywhere but to the API server's TokenReview.
+
+pub mod cache;
+pub mod review;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::header::HeaderValue;
+use hyper::Method;
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+use crate::health::{AuthResult, Health, Outcome, Review};
+use cache::{Cache, Found, Ttl};
+pub use review::{Identity, KubeReviewer, ReviewError, Reviewer, User};
+
+/// Paths anyone may read: probes, which carry no token.
+pub fn is_open(path: &str) -> bool {
+    matches!(path, "/healthz" | "/livez" | "/live" | "/readyz" | "/ready")
+}
+
+/// A bearer token longer than this is refused without asking the API
+/// server (kube-apiserver's own tokens are about 1 kB; an attacker's
+/// megabyte must not become a megabyte POSTed to the API server).
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// Review calls in flight at once: a flood of unknown tokens costs the API
+/// server at most this many concurrent reviews.
+const MAX_REVIEWS_IN_FLIGHT: usize = 8;
+
+/// How long a request waits for a review slot before it is answered 503.
+const REVIEW_QUEUE_WAIT: Duration = Duration::from_secs(2);
+
+/// Cache lifetimes (controller-runtime's filter: one minute for tokens,
+/// five minutes for allowed and thirty seconds for denied decisions).
+/// A positive answer may stand in for ten more minutes while the API server
+/// cannot be asked, so an API outage does not also blind the scrapes that
+/// would report it; a refusal never stands in.
+const TOKEN_TTL: Ttl = Ttl {
+    fresh: Duration::from_secs(60),
+    fallback: Duration::from_secs(600),
+};
+const REJECTED_TTL: Ttl = Ttl {
+    fresh: Duration::from_secs(10),
+    fallback: Duration::ZERO,
+};
+const ALLOWED_TTL: Ttl = Ttl {
+    fresh: Duration::from_secs(300),
+    fallback: Duration::from_secs(600),
+};
+const DENIED_TTL: Ttl = Ttl {
+    fresh: Duration::from_secs(30),
+    fallback: Duration::ZERO,
+};
+
+/// Answers held per cache.
+const CACHE_CAPACITY: usize = 1024;
+
+/// Why a request is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// 401: no usable bearer token, or the API server rejects it.
+    Unauthenticated(&'static str),
+    /// 403: the user may not `get` the path.
+    Forbidden {
+        /// The user the token belongs to.
+        user: String,
+        /// The path asked for.
+        path: String,
+    },
+    /// 503: the API server could not be asked and nothing is cached.
+    Unavailable,
+}
+
+/// The policy in force on the endpoint.
+#[derive(Clone)]
+pub enum Guard {
+    /// Everyone may read everything (`--auth=none`, the demo).
+    Open,
+    /// Bearer tokens reviewed by the API server.
+    Kubernetes(Arc<Reviews>),
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Guard::Open => f.write_str("Guard::Open"),
+            Guard::Kubernetes(_) => f.write_str("Guard::Kubernetes"),
+        }
+    }
+}
+
+/// The review caches and the reviewer behind them.
+pub struct Reviews {
+    reviewer: Arc<dyn Reviewer>,
+    tokens: Cache<[u8; 32], Identity>,
+    access: Cache<[u8; 32], bool>,
+    in_flight: Semaphore,
+}
+
+impl Guard {
+    /// The Kubernetes policy over `reviewer`.
+    pub fn kubernetes(reviewer: Arc<dyn Reviewer>) -> Guard {
+        Guard::Kubernetes(Arc::new(Reviews {
+            reviewer,
+            tokens: Cache::new(CACHE_CAPACITY),
+            access: Cache::new(CACHE_CAPACITY),
+            in_flight: Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
+        }))
+    }
+
+    /// Decides one request; protected paths' decisions are counted in
+    /// `health`.
+    pub async fn check(
+        &self,
+        health: &Health,
+        method: &Method,
+        path: &str,
+        authorization: Option<&HeaderValue>,
+    ) -> Result<(), Refusal> {
+        let Guard::Kubernetes(reviews) = self else {
+            return Ok(());
+        };
+        if is_open(path) {
+            return Ok(());
+        }
+        let decision = reviews.decide(health, method, path, authorization).await;
+        health.on_auth(match &decision {
+            Ok(()) => AuthResult::Allowed,
+            Err(Refusal::Unauthenticated(_)) => AuthResult::Unauthenticated,
+            Err(Refusal::Forbidden { .. }) => AuthResult::Forbidden,
+            Err(Refusal::Unavailable) => AuthResult::Unavailable,
+        });
+        decision
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+pub fn bearer(authorization: Option<&HeaderValue>) -> Result<&str, Refusal> {
+    let value = authorization
+        .ok_or(Refusal::Unauthenticated("a bearer token is required"))?
+        .to_str()
+        .map_err(|_| Refusal::Unauthenticated("the Authorization header is not text"))?;
+    let (scheme, token) = value
+        .trim()
+        .split_once(' ')
+        .ok_or(Refusal::Unauthenticated(
+            "Authorization must be: Bearer <token>",
+        ))?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(Refusal::Unauthenticated(
+            "Authorization must be: Bearer <token>",
+        ));
+    }
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(Refusal::Unauthenticated("the bearer token is empty"));
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(Refusal::Unauthenticated("the bearer token is too long"));
+    }
+    Ok(token)
+}
+
+/// The RBAC verb of a request, as the API server names it for
+/// non-resource URLs (HEAD is a get).
+pub fn verb(method: &Method) -> String {
+    if method == Method::GET || method == Method::HEAD {
+        "get".to_string()
+    } else {
+        method.as_str().to_ascii_lowercase()
+    }
+}
+
+fn access_key(user: &User, verb: &str, path: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    // Length-prefixed fields: no two different tuples hash the same input.
+    let mut field = |s: &str| {
+        h.update((s.len() as u64).to_le_bytes());
+        h.update(s.as_bytes());
+    };
+    field(&user.name);
+    field(&user.uid);
+    field(&user.groups.len().to_string());
+    for g in &user.groups {
+        field(g);
+    }
+    for (k, vs) in &user.extra {
+        field(k);
+        field(&vs.len().to_string());
+        for v in vs {
+            field(v);
+        }
+    }
+    field(verb);
+    field(path);
+    h.finalize().into()
+}
+
+impl Reviews {
+    async fn decide(
+        &self,
+        health: &Health,
+        method: &Method,
+        path: &str,
+        authorization: Option<&HeaderValue>,
+    ) -> Result<(), Refusal> {
+        let token = bearer(authorization)?;
+        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let identity = self
+            .tokens
+            .get(
+                &key,
+                |id| match id {
+                    Identity::Authenticated(_) => TOKEN_TTL,
+                    Identity::Rejected => REJECTED_TTL,
+                },
+                || self.call(health, Review::Token, self.reviewer.token(token)),
+            )
+            .await
+            .map_err(|()| Refusal::Unavailable)?;
+        let user = match identity.value() {
+            Identity::Authenticated(u) => u.clone(),
+            Identity::Rejected => {
+                return Err(Refusal::Unauthenticated(
+                    "the API server does not accept the token",
+                ))
+            }
+        };
+        let verb = verb(method);
+        let allowed = self
+            .access
+            .get(
+                &access_key(&user, &verb, path),
+                |ok| if *ok { ALLOWED_TTL } else { DENIED_TTL },
+                || {
+                    self.call(
+                        health,
+                        Review::Access,
+                        self.reviewer.access(&user, &verb, path),
+                    )
+                },
+            )
+            .await
+            .map_err(|()| Refusal::Unavailable)?;
+        if matches!(allowed, Found::Fallback(_)) || matches!(identity, Found::Fallback(_)) {
+            tracing::debug!(
+                path,
+                "API server not answering reviews; a cached decision stands in"
+            );
+        }
+        if *allowed.value() {
+            Ok(())
+        } else {
+            Err(Refusal::Forbidden {
+                user: user.name,
+                path: path.to_string(),
+            })
+        }
+    }
+
+    /// One review call: waits for a slot (bounded), counts the outcome,
+    /// logs a failure without the token.
+    async fn call<T>(
+        &self,
+        health: &Health,
+        review: Review,
+        call: futures::future::BoxFuture<'_, Result<T, ReviewError>>,
+    ) -> Result<T, ()> {
+        let Ok(Ok(_permit)) =
+            tokio::time::timeout(REVIEW_QUEUE_WAIT, self.in_flight.acquire()).await
+        else {
+            health.on_review(review, Outcome::Error);
+            tracing::warn!(
+                review = review.as_str(),
+                "too many reviews in flight; request answered 503"
+            );
+            return Err(());
+        };
+        match call.await {
+            Ok(v) => {
+                health.on_review(review, Outcome::Ok);
+                Ok(v)
+            }
+            Err(err) => {
+                health.on_review(review, Outcome::Error);
+                tracing::warn!(error = %err, "cannot check a request to the endpoint");
+                Err(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

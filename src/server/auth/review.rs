@@ -1,0 +1,164 @@
+//! The two questions the admin endpoint asks the API server: who is this
+//! bearer token (TokenReview), and may that user `get` this path
+//! (SubjectAccessReview on a non-resource URL). They are the only requests
+//! of the exporter that are not get, list or watch; they create nothing
+//! that is stored (the API server answers a review and keeps nothing).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+
+/// The user a token belongs to, as the API server reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct User {
+    /// `user.username`.
+    pub name: String,
+    /// `user.uid`.
+    pub uid: String,
+    /// `user.groups`.
+    pub groups: Vec<String>,
+    /// `user.extra` (scopes, the pod a ServiceAccount token is bound to...).
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+/// What a TokenReview said.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// The token is valid for this user.
+    Authenticated(User),
+    /// The API server does not accept the token.
+    Rejected,
+}
+
+/// A review the API server did not answer (timeout, transport, 5xx, or the
+/// exporter's own RBAC lacks `create` on the review resource).
+#[derive(Debug, thiserror::Error)]
+#[error("{review} failed: {message}")]
+pub struct ReviewError {
+    /// Which review.
+    pub review: &'static str,
+    /// What went wrong (never contains the token).
+    pub message: String,
+}
+
+/// Asks the API server; the tests' fake answers from a table.
+pub trait Reviewer: Send + Sync {
+    /// Who holds `token`.
+    fn token<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Identity, ReviewError>>;
+    /// Whether `user` may `verb` the non-resource URL `path`.
+    fn access<'a>(
+        &'a self,
+        user: &'a User,
+        verb: &'a str,
+        path: &'a str,
+    ) -> BoxFuture<'a, Result<bool, ReviewError>>;
+}
+
+/// [`Reviewer`] over the exporter's own client, each call bounded in time.
+#[derive(Clone)]
+pub struct KubeReviewer {
+    client: kube::Client,
+    timeout: Duration,
+}
+
+impl KubeReviewer {
+    /// Reviews through `client`, each call given at most `timeout`.
+    pub fn new(client: kube::Client, timeout: Duration) -> Self {
+        KubeReviewer { client, timeout }
+    }
+
+    async fn create<K>(&self, review: &'static str, object: &K) -> Result<K, ReviewError>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        match tokio::time::timeout(self.timeout, api.create(&PostParams::default(), object)).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(err)) => Err(ReviewError {
+                review,
+                message: describe(&err),
+            }),
+            Err(_) => Err(ReviewError {
+                review,
+                message: format!("no answer within {:?}", self.timeout),
+            }),
+        }
+    }
+}
+
+/// An error of a review call in words that name the fix where there is one.
+fn describe(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "the exporter may not create it ({}); its ClusterRole needs create on tokenreviews (authentication.k8s.io) and subjectaccessreviews (authorization.k8s.io)",
+            status.message
+        ),
+        kube::Error::Api(status) => format!("{} {}", status.code, status.message),
+        other => other.to_string(),
+    }
+}
+
+impl Reviewer for KubeReviewer {
+    fn token<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Identity, ReviewError>> {
+        Box::pin(async move {
+            let review = TokenReview {
+                spec: TokenReviewSpec {
+                    token: token.to_string(),
+                    audiences: None,
+                },
+                ..Default::default()
+            };
+            let answer = self.create("TokenReview", &review).await?;
+            let status = answer.status.unwrap_or_default();
+            if status.authenticated != Some(true) {
+                return Ok(Identity::Rejected);
+            }
+            let user = status.user.unwrap_or_default();
+            Ok(Identity::Authenticated(User {
+                name: user.username.unwrap_or_default(),
+                uid: user.uid.unwrap_or_default(),
+                groups: user.groups.unwrap_or_default(),
+                extra: user.extra.unwrap_or_default(),
+            }))
+        })
+    }
+
+    fn access<'a>(
+        &'a self,
+        user: &'a User,
+        verb: &'a str,
+        path: &'a str,
+    ) -> BoxFuture<'a, Result<bool, ReviewError>> {
+        Box::pin(async move {
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(user.name.clone()),
+                    uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
+                    groups: Some(user.groups.clone()),
+                    extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+                    non_resource_attributes: Some(NonResourceAttributes {
+                        path: Some(path.to_string()),
+                        verb: Some(verb.to_string()),
+                    }),
+                    resource_attributes: None,
+                },
+                ..Default::default()
+            };
+            let answer = self.create("SubjectAccessReview", &review).await?;
+            Ok(answer
+                .status
+                .is_some_and(|s| s.allowed && !s.denied.unwrap_or(false)))
+        })
+    }
+}
