@@ -85,6 +85,8 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     shared.write(|ix, _| ix.set_verdict_grace(grace));
     let listener = server::bind(cli.listen_address).await?;
     let mut tasks = Supervisor::new();
+    // A bad certificate fails the start before any connection is made.
+    let transport = transport(&cli, &shared, &mut tasks)?;
     let client = match cli.command.clone().unwrap_or(Command::Run) {
         Command::Locks(_) | Command::Explain(_) => return Ok(()),
         Command::Run => client(&cli, shared.api.clone()).await?,
@@ -97,7 +99,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             client
         }
     };
-    let endpoint = endpoint(&cli, &client, &shared, &mut tasks)?;
+    let endpoint = endpoint(&cli, transport, &client);
     // From here on, production and demo run the same code.
     let scopes = cli.watch_scopes();
     let resources = cli.watched_resources();
@@ -158,18 +160,16 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     Ok(())
 }
 
-/// How the endpoint is served and guarded, from the flags; logged once,
-/// since an operator must be able to tell from the log whether lock
-/// holders are readable by anyone who reaches the port.
-fn endpoint(
+/// How the endpoint is served: plain, or TLS with the certificate loaded
+/// (and watched) now. The demo is always plain; asking it for TLS or
+/// authentication fails the start, naming the flag.
+fn transport(
     cli: &Cli,
-    client: &kube::Client,
     shared: &Arc<Shared>,
     tasks: &mut Supervisor,
-) -> Result<server::Endpoint, StartError> {
+) -> Result<server::Transport, StartError> {
     use captf_lock_exporter::cli::AuthMode;
     use captf_lock_exporter::health::Outcome;
-    use server::auth::{Guard, KubeReviewer};
     use server::tls::{Certificates, Reload, Source};
     if cli.command == Some(Command::Demo) {
         if cli.tls_cert_file.is_some() {
@@ -178,36 +178,46 @@ fn endpoint(
         if cli.auth == Some(AuthMode::Kubernetes) {
             return Err(StartError::DemoEndpoint("--auth kubernetes"));
         }
-        tracing::info!("demo: plain HTTP, no authentication");
-        return Ok(server::Endpoint::open_plain());
+        return Ok(server::Transport::Plain);
     }
-    let transport = if cli.plain_http {
-        server::Transport::Plain
-    } else {
-        let source = match (&cli.tls_cert_file, &cli.tls_key_file) {
-            (Some(cert), Some(key)) => Source::Files {
-                cert: cert.clone(),
-                key: key.clone(),
-            },
-            _ => Source::SelfSigned {
-                names: self_signed_names(cli),
-            },
-        };
-        let certs = Certificates::load(source)?;
-        // The accept loop builds the same settings; a failure shows here.
-        certs.server_config()?;
-        let health = shared.clone();
-        tasks.spawn(
-            "certificate watcher",
-            certs.clone().watch(RELOAD_EVERY, move |r| {
-                health.health.on_tls_reload(match r {
-                    Reload::Replaced | Reload::Unchanged => Outcome::Ok,
-                    Reload::Failed => Outcome::Error,
-                });
-            }),
-        );
-        server::Transport::Tls(certs)
+    if cli.plain_http {
+        return Ok(server::Transport::Plain);
+    }
+    let source = match (&cli.tls_cert_file, &cli.tls_key_file) {
+        (Some(cert), Some(key)) => Source::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => Source::SelfSigned {
+            names: self_signed_names(cli),
+        },
     };
+    let certs = Certificates::load(source)?;
+    // The accept loop builds the same settings; a failure shows here.
+    certs.server_config()?;
+    let counted = shared.clone();
+    tasks.spawn(
+        "certificate watcher",
+        certs.clone().watch(RELOAD_EVERY, move |r| {
+            counted.health.on_tls_reload(match r {
+                Reload::Replaced | Reload::Unchanged => Outcome::Ok,
+                Reload::Failed => Outcome::Error,
+            });
+        }),
+    );
+    Ok(server::Transport::Tls(certs))
+}
+
+/// Who may read the endpoint, from the flags; logged once, since an
+/// operator must be able to tell from the log whether lock holders are
+/// readable by anyone who reaches the port.
+fn endpoint(cli: &Cli, transport: server::Transport, client: &kube::Client) -> server::Endpoint {
+    use captf_lock_exporter::cli::AuthMode;
+    use server::auth::{Guard, KubeReviewer};
+    if cli.command == Some(Command::Demo) {
+        tracing::info!("demo: plain HTTP, no authentication");
+        return server::Endpoint::open_plain();
+    }
     let guard = match cli.auth.unwrap_or(AuthMode::Kubernetes) {
         AuthMode::Kubernetes => {
             Guard::kubernetes(Arc::new(KubeReviewer::new(client.clone(), REVIEW_TIMEOUT)))
@@ -229,7 +239,7 @@ fn endpoint(
             "endpoint: {scheme}, --auth none: anyone who can reach the port reads lock holders, lock IDs and the commands to release them"
         ),
     }
-    Ok(server::Endpoint { transport, guard })
+    server::Endpoint { transport, guard }
 }
 
 /// How often the certificate files are looked at (controller-runtime's

@@ -111,6 +111,27 @@ fn bad_flags_stop_the_start_naming_the_flag() {
             vec!["--skip-resources", "pods,terraformthings", "demo"],
             "--skip-resources",
         ),
+        (
+            vec!["--tls-cert-file", "/nonexistent/tls.crt", "demo"],
+            "--tls-cert-file",
+        ),
+        (vec!["--auth", "basic", "demo"], "--auth"),
+        // A certificate needs its key, and plain HTTP takes neither.
+        (
+            vec!["--tls-cert-file", "Cargo.toml", "demo"],
+            "--tls-key-file",
+        ),
+        (
+            vec![
+                "--plain-http",
+                "--tls-cert-file",
+                "Cargo.toml",
+                "--tls-key-file",
+                "Cargo.toml",
+                "demo",
+            ],
+            "--plain-http",
+        ),
     ] {
         let (code, stderr) = start_error(&args);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
@@ -124,6 +145,25 @@ fn bad_flags_stop_the_start_naming_the_flag() {
     let (code, stderr) = start_error(&["--skip-resources", "pods,leases", "demo"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("leases cannot be skipped"), "{stderr}");
+    // The demo has no API server to review tokens: asking for it fails at
+    // start, naming the flag (exit 1: a start error, not a parse error).
+    let (code, stderr) = start_error(&["--auth", "kubernetes", "demo"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--auth kubernetes"), "{stderr}");
+    // A certificate file that is not PEM fails at start naming its flag.
+    let (code, stderr) = start_error(&[
+        "--tls-cert-file",
+        "Cargo.toml",
+        "--tls-key-file",
+        "Cargo.toml",
+        "--kubeconfig",
+        "Cargo.toml",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--tls-cert-file Cargo.toml: no PEM certificate"),
+        "checked before the kubeconfig is read: {stderr}"
+    );
     // An address that is taken fails at start too, naming the flag.
     let taken = TcpListener::bind("127.0.0.1:0").expect("binds");
     let addr = taken.local_addr().expect("addr").to_string();

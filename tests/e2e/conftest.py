@@ -84,7 +84,9 @@ def kube_api(flavor: Flavor, tmp_path: Path) -> Iterator[Callable[[Stack], Any]]
     if flavor.id != "prom3":
         yield lambda stack: stack.start_kube(ALL_RESOURCES)
         return
-    from pykit.chart import install_chart
+    from pykit.chart import install_chart, metrics_reader_token
+    from pykit.tls import SecretVolume, issue
+    from stack import Secure
     from pykit.controlplane import ControlPlane
 
     cp = ControlPlane(tmp_path / "controlplane")
@@ -96,7 +98,15 @@ def kube_api(flavor: Flavor, tmp_path: Path) -> Iterator[Callable[[Stack], Any]]
             cp.kube.namespace(ns)
         install = install_chart(cp.kube, {})
         kubeconfig = cp.kubeconfig(tmp_path / "kubeconfig", install.token)
-        yield lambda stack: stack.use_kube(cp.kube, kubeconfig)
+        # The endpoint as the chart serves it: HTTPS (a certificate of the test CA in a Secret
+        # volume layout) and tokens; Prometheus scrapes with its ServiceAccount's token.
+        vol = SecretVolume(tmp_path / "exporter-tls")
+        vol.write(*issue(cp.ca_file, cp.ca_file.with_name("ca.key"), "captf-lock-exporter"))
+        token = metrics_reader_token(cp.kube, install)
+        token_file = tmp_path / "prometheus-token"
+        token_file.write_text(token)
+        secure = Secure(vol.cert, vol.key, cp.ca_file, token, token_file)
+        yield lambda stack: stack.use_kube(cp.kube, kubeconfig, secure)
     finally:
         cp.stop()
 

@@ -30,6 +30,7 @@ import json
 import os
 import re
 import subprocess
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -77,6 +78,19 @@ class Flavor:
         return m.group(1)
 
 
+@dataclass(frozen=True)
+class Secure:
+    """The production endpoint: HTTPS with a certificate from files (issued by the test CA) and
+    Kubernetes authentication; Prometheus scrapes with a ServiceAccount token bound to the chart's
+    metrics-reader ClusterRole and verifies the certificate with the CA."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    token: str
+    token_file: Path
+
+
 def prom3_paths() -> dict[str, str]:
     """The Prometheus 3 / Alertmanager binaries: $PROM3_PROMETHEUS, $PROM3_PROMTOOL,
     $PROM3_ALERTMANAGER, $PROM3_AMTOOL, else the version-keyed cache that
@@ -115,11 +129,15 @@ class ScrapeTap:
     with Prometheus' own request headers, and the exporter's status, headers and body are returned
     unchanged (byte for byte, compressed or not). Each exchange is recorded."""
 
-    FORWARD = ("Accept", "Accept-Encoding", "User-Agent", "X-Prometheus-Scrape-Timeout-Seconds")
+    FORWARD = ("Accept", "Accept-Encoding", "User-Agent", "X-Prometheus-Scrape-Timeout-Seconds",
+               "Authorization")
     RETURN = ("Content-Type", "Content-Encoding", "Content-Length")
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, secure: Secure | None = None) -> None:
+        """With ``secure`` the tap serves HTTPS with the exporter's certificate and forwards over
+        HTTPS (CA verified), Prometheus' bearer token included."""
         self.upstream_port = upstream_port
+        self.secure = secure
         self.scrapes: list[TappedScrape] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -135,7 +153,12 @@ class ScrapeTap:
             def do_GET(self) -> None:  # noqa: N802 - http.server API
                 headers = {h: self.headers[h] for h in tap.FORWARD if self.headers.get(h) is not None}
                 try:
-                    conn = http.client.HTTPConnection("127.0.0.1", tap.upstream_port, timeout=10)
+                    if tap.secure is not None:
+                        ctx = ssl.create_default_context(cafile=str(tap.secure.ca))
+                        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                            "127.0.0.1", tap.upstream_port, timeout=10, context=ctx)
+                    else:
+                        conn = http.client.HTTPConnection("127.0.0.1", tap.upstream_port, timeout=10)
                     conn.request("GET", self.path, headers=headers)
                     resp = conn.getresponse()
                     body = resp.read()
@@ -162,6 +185,10 @@ class ScrapeTap:
                 pass
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if self.secure is not None:
+            sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            sctx.load_cert_chain(str(self.secure.cert), str(self.secure.key))
+            self._server.socket = sctx.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, name="scrape-tap", daemon=True)
         self._thread.start()
         return self
@@ -425,6 +452,7 @@ class Stack:
         self.flavor = flavor
         self.kube: Any = None
         self.kubeconfig: Path | None = None
+        self.secure: Secure | None = None
         self.exporters: list[Exporter] = []
         self.tap: ScrapeTap | None = None
         self.webhook: WebhookReceiver | None = None
@@ -447,11 +475,11 @@ class Stack:
         self.clock.log(f"kmock emulator on {self.kube.url}")
         return self.kube
 
-    def use_kube(self, api: Any, kubeconfig: Path) -> Any:
+    def use_kube(self, api: Any, kubeconfig: Path, secure: Secure | None = None) -> Any:
         """An API server started elsewhere: ``api`` is what the scenario writes through, the
         exporter replicas read ``kubeconfig``.  ``stop()`` stops ``api`` if it has ``stop``."""
-        self.kube, self.kubeconfig = api, kubeconfig
-        self.clock.log(f"Kubernetes API from {kubeconfig}")
+        self.kube, self.kubeconfig, self.secure = api, kubeconfig, secure
+        self.clock.log(f"Kubernetes API from {kubeconfig}" + (", endpoint HTTPS + tokens" if secure else ""))
         return api
 
     def start_exporter(self, binary: str, replicas: int = 1) -> Exporter:
@@ -461,7 +489,13 @@ class Stack:
         level = os.environ.get("E2E_EXPORTER_LOG_LEVEL", "info")
         for i in range(1, replicas + 1):
             log_path = self.tmp / ("exporter.log" if replicas == 1 else f"exporter-{i}.log")
-            e = Exporter(binary, self.kubeconfig, log_path, log_level=level)
+            if self.secure is not None:
+                sec = self.secure
+                e = Exporter(binary, self.kubeconfig, log_path, log_level=level, secure=True,
+                             token=sec.token, ca=str(sec.ca),
+                             extra_args=("--tls-cert-file", str(sec.cert), "--tls-key-file", str(sec.key)))
+            else:
+                e = Exporter(binary, self.kubeconfig, log_path, log_level=level)
             if replicas > 1:
                 e.name = f"exporter-{i}"
             e.start()
@@ -469,7 +503,7 @@ class Stack:
             self.clock.guards.append(e.check_alive)
             self.clock.log(f"{e.name} pid {e.pid} on {e.url}")
         if self.flavor is not None and self.flavor.tap and replicas > 1:
-            self.tap = ScrapeTap(self.exporters[-1].port).start()
+            self.tap = ScrapeTap(self.exporters[-1].port, self.secure).start()
             self.clock.log(f"scrape tap on 127.0.0.1:{self.tap.port} -> {self.exporters[-1].name}")
         return self.exporters[0]
 
@@ -510,6 +544,10 @@ class Stack:
                 "job_name": "captf-lock-exporter",
                 "honor_labels": True,
                 "static_configs": [{"targets": self.scrape_targets()}],
+                **({"scheme": "https",
+                    "tls_config": {"ca_file": str(self.secure.ca)},
+                    "authorization": {"type": "Bearer", "credentials_file": str(self.secure.token_file)}}
+                   if self.secure is not None else {}),
             }],
         }, binary=binary, promtool=promtool, log_level=log_level, check_config=True)
         self.prom_url = self.prometheus.url

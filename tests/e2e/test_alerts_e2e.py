@@ -605,6 +605,20 @@ def _scrape_format(stack: Stack, flavor: Flavor, version: str, major: int, warns
                      f"Accept: {accept} ; Accept-Encoding: {seen[0].accept_encoding} ; User-Agent: "
                      f"{seen[0].user_agent}; the exporter answered {answers.most_common()} "
                      f"(its first choice, OpenMetrics 1.0.0)")
+    # 2b. The endpoint as installed: HTTPS, Prometheus' ServiceAccount token reviewed and
+    # authorized on every replica, nobody refused.
+    if stack.secure is not None:
+        for e in stack.exporters:
+            m = e.scrape()
+            allowed = m.get("captf_lock_exporter_http_auth_total", result="allowed") or 0
+            refused = sum(m.get("captf_lock_exporter_http_auth_total", result=r) or 0
+                          for r in ("unauthenticated", "forbidden", "unavailable"))
+            assert allowed >= 10 and refused == 0, (e.name, allowed, refused)
+            assert e.url.startswith("https://")
+        up = prom.query('up{job="captf-lock-exporter"}')
+        assert len(up) == flavor.replicas and all(float(r["value"][1]) == 1 for r in up), up
+        notes.append(f"endpoint: Prometheus scraped every replica over HTTPS (CA verified) with its "
+                     f"ServiceAccount token; every request allowed (TokenReview + SubjectAccessReview), none refused")
     # 3. Prometheus 3's own log: it logs (at debug, which this run uses) when it falls back for
     # an unparseable Content-Type, and fails the scrape with an error when it has no fallback.
     if major >= 3:

@@ -58,3 +58,23 @@ def install_chart(kube: Kube, values: dict[str, Any], name: str = RELEASE, names
         kube.apply(o)
     (sa,) = [o for o in objs if o["kind"] == "ServiceAccount"]
     return Install(namespace, sa["metadata"]["name"], kube.token(namespace, sa["metadata"]["name"]), objs)
+
+
+def metrics_reader_token(kube: Kube, install: Install, namespace: str = "monitoring",
+                         sa: str = "prometheus") -> str:
+    """A token of ``namespace/sa`` (created if missing) bound to the chart's metrics-reader
+    ClusterRole (the one granting get on the non-resource URL /metrics): what the chart's value
+    does for Prometheus' ServiceAccount."""
+    if kube.get(f"/api/v1/namespaces/{namespace}").status_code == 404:
+        kube.namespace(namespace)
+    kube.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": namespace}})
+    roles = [o for o in install.of_kind("ClusterRole")
+             if any("/metrics" in r.get("nonResourceURLs", []) for r in o.get("rules", []))]
+    if not roles:
+        raise AssertionError("the chart renders no ClusterRole granting get on /metrics")
+    name = roles[0]["metadata"]["name"]
+    kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"{name}-{namespace}-{sa}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}]})
+    return kube.token(namespace, sa)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import requests
 
 from conftest import REPORT, install_chart
+from pykit.chart import metrics_reader_token
 from pykit.builders import lock_lease, terraform_object
 from pykit.controlplane import ControlPlane, Kube
 from pykit.exporter import E, Exporter, wait_samples
@@ -27,18 +28,6 @@ def service_account(kube: Kube, ns: str, name: str) -> None:
     kube.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}})
 
 
-def bind_metrics_reader(kube: Kube, install: Any, ns: str, sa: str) -> None:
-    """The chart's metrics-reader ClusterRole bound to ``ns/sa`` (what its value does for
-    Prometheus' ServiceAccount)."""
-    (role,) = [o for o in install.of_kind("ClusterRole")
-               if any("/metrics" in r.get("nonResourceURLs", []) for r in o["rules"])]
-    kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": f"{role['metadata']['name']}-{sa}"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": role["metadata"]["name"]},
-                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]})
-
-
 def reviews_of(cp: ControlPlane, user: str, since: float) -> list[dict[str, Any]]:
     return [r for r in cp.requests_of(user, since)
             if (r.get("objectRef") or {}).get("resource") in REVIEWS]
@@ -48,11 +37,9 @@ def test_tls_authn_authz_rotation_and_audit(cp: ControlPlane, kube: Kube, ns: st
                                            start_exporter: Callable[..., Exporter]) -> None:
     inst = install_chart(kube, {"fullnameOverride": "lock-exporter-sec"}, name="sec")
     mon = "monitoring-sec"
-    kube.namespace(mon)
-    service_account(kube, mon, "prometheus")
+    prom_token = metrics_reader_token(kube, inst, mon, "prometheus")
     service_account(kube, mon, "nobody")
-    bind_metrics_reader(kube, inst, mon, "prometheus")
-    prom_token, nobody_token = kube.token(mon, "prometheus"), kube.token(mon, "nobody")
+    nobody_token = kube.token(mon, "nobody")
     ca_key = cp.ca_file.with_name("ca.key")
     vol = SecretVolume(tmp_path / "tls")
     first = issue(cp.ca_file, ca_key, "captf-lock-exporter")
@@ -142,7 +129,8 @@ def test_tls_authn_authz_rotation_and_audit(cp: ControlPlane, kube: Kube, ns: st
             assert r["verb"] == "create" and ref.get("resource") in REVIEWS, (r["verb"], r["requestURI"])
         assert r.get("userAgent", "").startswith("captf-lock-exporter/"), r.get("userAgent")
     review_calls = len(reviews_of(cp, inst.user, since))
-    assert review_calls == reviews_ok, (review_calls, reviews_ok)
+    # The last scrape's counters may be up to a health render (1 s) behind the audit log.
+    assert reviews_ok <= review_calls <= reviews_ok + 2, (review_calls, reviews_ok)
     REPORT["endpoint"] = {"status": results, "scrapes_in_60s": n,
                           "review_calls_in_60s_at_10_per_s": len(load_reviews),
                           "review_calls_total": review_calls, "verbs": verbs,

@@ -99,6 +99,8 @@ def main() -> int:
     ap.add_argument("--max-scrape-s", type=float, default=2.0)
     ap.add_argument("--max-rss-ratio", type=float, default=1.5)
     ap.add_argument("--no-assert", action="store_true", help="print the figures only (to measure an old binary)")
+    ap.add_argument("--legacy", action="store_true",
+                    help="a binary from before --plain-http/--auth existed (plain HTTP, no flags)")
     ap.add_argument("--workdir", type=Path)
     args = ap.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="slow-clients-"))
@@ -118,7 +120,7 @@ def main() -> int:
             "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: anonymous\n"
             "current-context: fake\n")
         port = free_port()
-        endpoint = ["--auth=none"] if args.tls else ["--plain-http", "--auth=none"]
+        endpoint = [] if args.legacy else ["--auth=none"] if args.tls else ["--plain-http", "--auth=none"]
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
         exporter = start([args.exporter, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
