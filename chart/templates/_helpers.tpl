@@ -88,3 +88,33 @@ section 10 names. One definition for the ClusterRole and the per-namespace Roles
   resources: ["clusters"]
   verbs: ["get", "list", "watch"]
 {{- end }}
+
+{{/* Where web.tls.secretName is mounted (tls.crt, tls.key). */}}
+{{- define "captf-lock-exporter.tlsDir" -}}
+/etc/captf-lock-exporter/tls
+{{- end }}
+
+{{/* https or http, as web.tls.enabled says. */}}
+{{- define "captf-lock-exporter.scheme" -}}
+{{- ternary "https" "http" .Values.web.tls.enabled }}
+{{- end }}
+
+{{/* The Service's DNS name: the default TLS server name scrapers verify. */}}
+{{- define "captf-lock-exporter.serviceHost" -}}
+{{- printf "%s.%s.svc" (include "captf-lock-exporter.fullname" .) (include "captf-lock-exporter.namespace" .) }}
+{{- end }}
+
+{{/*
+The exporter's only rights that are not get/list/watch (web.auth.enabled):
+each request's bearer token is checked with a TokenReview and the caller's
+`get` on the path with a SubjectAccessReview. Both are cluster-scoped, so
+they are a ClusterRole also when watchNamespaces limits the reads.
+*/}}
+{{- define "captf-lock-exporter.authRules" -}}
+- apiGroups: ["authentication.k8s.io"]
+  resources: ["tokenreviews"]
+  verbs: ["create"]
+- apiGroups: ["authorization.k8s.io"]
+  resources: ["subjectaccessreviews"]
+  verbs: ["create"]
+{{- end }}

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from chart_common import (
+    AUTH_RULES,
     CLUSTER_SCOPED,
     NAMESPACE,
     RBAC_RESOURCES,
     RBAC_VERBS,
+    TLS_DIR,
     UID,
     Fail,
     by_kind,
@@ -40,16 +42,74 @@ def check_rbac_rules(rules: list[dict[str, Any]], where: str) -> None:
            f"{where}: resources differ from docs/contract.md section 10: extra {sorted(seen - RBAC_RESOURCES)}, missing {sorted(RBAC_RESOURCES - seen)}")
 
 
+def check_auth_rules(rules: list[dict[str, Any]], where: str) -> None:
+    """Exactly create on tokenreviews and subjectaccessreviews (issue 23), nothing else."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for r in rules:
+        expect(set(r) <= {"apiGroups", "resources", "verbs"},
+               f"{where}: rule has {sorted(set(r) - {'apiGroups', 'resources', 'verbs'})} (resourceNames/nonResourceURLs not expected)")
+        for g in r.get("apiGroups", []):
+            for res in r.get("resources", []):
+                expect("*" not in g and "*" not in res, f"{where}: wildcard in {g!r}/{res!r}")
+                seen.setdefault((g, res), set()).update(r.get("verbs", []))
+    expect(seen == AUTH_RULES, f"{where}: {sorted((k, sorted(v)) for k, v in seen.items())} != create on tokenreviews and subjectaccessreviews only")
+
+
+def exporter_grants(objs: list[dict[str, Any]], sa_name: str, sa_namespace: str) -> set[tuple[str, str, str]]:
+    """Every (apiGroup, resource, verb) a role bound to the exporter's ServiceAccount grants;
+    a non-resource URL or a wildcard fails at once."""
+    me = {"kind": "ServiceAccount", "name": sa_name, "namespace": sa_namespace}
+    roles = {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o
+             for o in objs if o["kind"] in ("Role", "ClusterRole")}
+    grants: set[tuple[str, str, str]] = set()
+    for b in objs:
+        if b["kind"] not in ("RoleBinding", "ClusterRoleBinding") or me not in (b.get("subjects") or []):
+            continue
+        ref = b["roleRef"]
+        ns = b["metadata"].get("namespace", "") if ref["kind"] == "Role" else ""
+        role = roles.get((ref["kind"], ns, ref["name"]))
+        expect(role is not None, f"{ident(b)} binds the exporter to {ref['kind']}/{ref['name']}, which the chart does not render")
+        for r in role["rules"]:
+            expect("nonResourceURLs" not in r, f"{ident(role)} gives the exporter's ServiceAccount nonResourceURLs {r.get('nonResourceURLs')}")
+            for g in r.get("apiGroups", []):
+                for res in r.get("resources", []):
+                    for v in r.get("verbs", []):
+                        expect("*" not in (g + res + v), f"{ident(role)}: wildcard {g!r}/{res!r}/{v!r}")
+                        grants.add((g, res, v))
+    return grants
+
+
 def check_rbac(objs: list[dict[str, Any]], values: dict[str, Any], sa_name: str) -> str:
+    """The reads (get/list/watch on the contract's list, per namespace or cluster-wide), the
+    review ClusterRole when web.auth.enabled, the reader ClusterRoles, and nothing else."""
     namespaces = values.get("watchNamespaces") or []
     crs, crbs = by_kind(objs, "ClusterRole"), by_kind(objs, "ClusterRoleBinding")
     roles, rbs = by_kind(objs, "Role"), by_kind(objs, "RoleBinding")
+    if not values["rbac"]["create"]:
+        expect(not (crs or crbs or roles or rbs), "rbac.create=false but RBAC objects were rendered")
+        return "rbac.create=false: no RBAC objects"
+    fullname = one(objs, "Deployment")["metadata"]["name"]
+    auth = values["web"]["auth"]["enabled"]
+    pages = values["pagesReader"]
+    want_crs = set() if namespaces else {fullname}
+    want_crbs = set(want_crs)
+    if auth:
+        want_crs |= {f"{fullname}-auth-delegator", f"{fullname}-metrics-reader", f"{fullname}-pages-reader"}
+        want_crbs.add(f"{fullname}-auth-delegator")
+        if values["metricsReader"]["serviceAccounts"]:
+            want_crbs.add(f"{fullname}-metrics-reader")
+        if pages["users"] or pages["groups"] or pages["serviceAccounts"]:
+            want_crbs.add(f"{fullname}-pages-reader")
+    got_crs = sorted(o["metadata"]["name"] for o in crs)
+    got_crbs = sorted(o["metadata"]["name"] for o in crbs)
+    expect(got_crs == sorted(want_crs), f"ClusterRoles {got_crs} != {sorted(want_crs)}")
+    expect(got_crbs == sorted(want_crbs), f"ClusterRoleBindings {got_crbs} != {sorted(want_crbs)}")
+    by_name = {o["metadata"]["name"]: o for o in crs}
+    b_by_name = {o["metadata"]["name"]: o for o in crbs}
     if not namespaces:
-        expect(len(crs) == 1 and len(crbs) == 1 and not roles and not rbs,
-               f"expected 1 ClusterRole + 1 ClusterRoleBinding and no Role, got {len(crs)}/{len(crbs)}/{len(roles)}/{len(rbs)}")
-        pairs = [(crs[0], crbs[0], "ClusterRole")]
+        expect(not roles and not rbs, f"all namespaces, yet {len(roles)} Role(s) and {len(rbs)} RoleBinding(s)")
+        pairs = [(by_name[fullname], b_by_name[fullname], "ClusterRole")]
     else:
-        expect(not crs and not crbs, "watchNamespaces set but a ClusterRole/ClusterRoleBinding was rendered")
         expect(sorted(r["metadata"]["namespace"] for r in roles) == sorted(namespaces),
                f"Roles in {sorted(r['metadata'].get('namespace') for r in roles)}, want {sorted(namespaces)}")
         expect(sorted(b["metadata"]["namespace"] for b in rbs) == sorted(namespaces),
@@ -58,14 +118,27 @@ def check_rbac(objs: list[dict[str, Any]], values: dict[str, Any], sa_name: str)
         for r in roles:
             b = [b for b in rbs if b["metadata"]["namespace"] == r["metadata"]["namespace"]][0]
             pairs.append((r, b, "Role"))
+    if auth:
+        name = f"{fullname}-auth-delegator"
+        pairs.append((by_name[name], b_by_name[name], "ClusterRole"))
+    me = [{"kind": "ServiceAccount", "name": sa_name, "namespace": NAMESPACE}]
     for role, binding, kind in pairs:
-        check_rbac_rules(role["rules"], ident(role))
+        if role["metadata"]["name"].endswith("-auth-delegator"):
+            check_auth_rules(role["rules"], ident(role))
+        else:
+            check_rbac_rules(role["rules"], ident(role))
         ref = binding["roleRef"]
         expect(ref == {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role["metadata"]["name"]},
                f"{ident(binding)}: roleRef {ref} does not name {ident(role)}")
-        expect(binding["subjects"] == [{"kind": "ServiceAccount", "name": sa_name, "namespace": NAMESPACE}],
-               f"{ident(binding)}: subjects {binding['subjects']} != ServiceAccount {NAMESPACE}/{sa_name}")
-    return f"{len(pairs)} {'ClusterRole' if not namespaces else 'Role'}(s), verbs get/list/watch, {len(RBAC_RESOURCES)} resources"
+        expect(binding["subjects"] == me, f"{ident(binding)}: subjects {binding['subjects']} != ServiceAccount {NAMESPACE}/{sa_name}")
+    # The exporter's rights in the whole render: the reads, the two reviews when auth is on, nothing else.
+    grants = exporter_grants(objs, sa_name, NAMESPACE)
+    allowed = {(g, res, v) for g, res in RBAC_RESOURCES for v in RBAC_VERBS}
+    if auth:
+        allowed |= {(g, res, v) for (g, res), verbs in AUTH_RULES.items() for v in verbs}
+    expect(grants == allowed, f"the exporter's ServiceAccount gets extra {sorted(grants - allowed)}, lacks {sorted(allowed - grants)}")
+    reviews = "; create on tokenreviews + subjectaccessreviews (ClusterRole)" if auth else "; no reviews (auth off)"
+    return f"{len(pairs) - (1 if auth else 0)} {'ClusterRole' if not namespaces else 'Role'}(s) get/list/watch, {len(RBAC_RESOURCES)} resources{reviews}"
 
 
 def check_pod_hardening(pod: dict[str, Any], container: dict[str, Any], where: str, pod_level: bool = True) -> None:
@@ -140,8 +213,11 @@ def check_workload(objs: list[dict[str, Any]], values: dict[str, Any], merged: d
     port = merged["port"]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     expect(ports == {"metrics": port}, f"container ports {ports} != {{metrics: {port}}}")
-    expect(c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}, "livenessProbe is not GET /healthz on metrics")
-    expect(c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}, "readinessProbe is not GET /readyz on metrics")
+    scheme = "HTTPS" if merged["web"]["tls"]["enabled"] else "HTTP"
+    expect(c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": scheme},
+           f"livenessProbe {c['livenessProbe']['httpGet']} is not {scheme} GET /healthz on metrics")
+    expect(c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics", "scheme": scheme},
+           f"readinessProbe {c['readinessProbe']['httpGet']} is not {scheme} GET /readyz on metrics")
     host = merged["listenHost"]
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     want_args = [f"--listen-address={listen}"]
@@ -149,7 +225,14 @@ def check_workload(objs: list[dict[str, Any]], values: dict[str, Any], merged: d
         want_args.append("--namespaces=" + ",".join(merged["watchNamespaces"]))
     if merged["skipResources"]:
         want_args.append("--skip-resources=" + ",".join(merged["skipResources"]))
-    want_args += [f"--log-format={merged['logFormat']}", f"--log-level={merged['logLevel']}", *merged["extraArgs"]]
+    want_args += [f"--log-format={merged['logFormat']}", f"--log-level={merged['logLevel']}"]
+    tls = merged["web"]["tls"]
+    if not tls["enabled"]:
+        want_args.append("--plain-http")
+    elif tls["secretName"]:
+        want_args += [f"--tls-cert-file={TLS_DIR}/tls.crt", f"--tls-key-file={TLS_DIR}/tls.key"]
+    want_args.append("--auth=" + ("kubernetes" if merged["web"]["auth"]["enabled"] else "none"))
+    want_args += merged["extraArgs"]
     expect(c["args"] == want_args, f"args {c['args']} != {want_args}")
     sa_name = pod["serviceAccountName"]
     sas = by_kind(objs, "ServiceAccount")
@@ -184,8 +267,9 @@ def check_workload(objs: list[dict[str, Any]], values: dict[str, Any], merged: d
         expect(np_["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items(), "NetworkPolicy podSelector does not match the pod")
         ing = np_["spec"]["ingress"]
         expect(len(ing) == 1 and [p["port"] for p in ing[0]["ports"]] == ["metrics"], "NetworkPolicy ingress is not the metrics port only")
-        if merged["networkPolicy"]["ingress"]["from"]:
-            expect(ing[0].get("from") == merged["networkPolicy"]["ingress"]["from"], "NetworkPolicy ingress.from differs from values")
+        extra = merged["networkPolicy"]["ingress"]["from"]
+        got = ing[0].get("from", [])
+        expect(got[len(got) - len(extra):] == extra, "NetworkPolicy ingress.from does not end with networkPolicy.ingress.from")
         eg = np_["spec"]["egress"][0]
         expect(sorted(p["port"] for p in eg["ports"]) == sorted(merged["networkPolicy"]["egress"]["apiServerPorts"]), "egress API server ports")
     return "; ".join(notes)

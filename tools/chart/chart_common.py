@@ -42,6 +42,17 @@ RBAC_RESOURCES = {
     ("infrastructure.cluster.x-k8s.io", "terraformplans"),
     ("cluster.x-k8s.io", "clusters"),
 }
+# Issue 23: with --auth=kubernetes the exporter also creates these two
+# reviews (cluster-scoped), its only rights that are not get/list/watch.
+AUTH_RULES = {
+    ("authentication.k8s.io", "tokenreviews"): {"create"},
+    ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
+}
+# Which non-resource URL each protected path needs (chart/README.md).
+METRICS_URLS = ["/metrics"]
+PAGES_URLS = ["/", "/locks/*"]
+SA_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+TLS_DIR = "/etc/captf-lock-exporter/tls"
 CR_KINDS = {"ServiceMonitor", "PrometheusRule"}
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace"}
 UID = 65532
@@ -68,6 +79,10 @@ ALL_ON = {
         "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"], "regex": "go_.*"}],
     },
     "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "metricsReader": {"serviceAccounts": [{"name": "prometheus-k8s", "namespace": "monitoring"},
+                                          {"name": "kube-prometheus-stack-prometheus", "namespace": "monitoring"}]},
+    "pagesReader": {"users": ["alice@example.com"], "groups": ["platform-oncall"],
+                    "serviceAccounts": [{"name": "lock-pages-proxy", "namespace": "captf-system"}]},
     "skipResources": ["terraformmachinepools", "clusters"],
     "dashboards": {"enabled": True, "labels": {"example.com/dash": "yes"}, "annotations": {"grafana_folder": "CAPTF"}},
     "networkPolicy": {
@@ -97,12 +112,45 @@ RULES = {
         "jobSelector": 'job="lock-exporter"',
     },
 }
+PROMETHEUS_SA = {"name": "prometheus-k8s", "namespace": "monitoring"}
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
+    # Issue 23: the defaults with a ServiceMonitor and Prometheus' account.
+    "monitored": {"serviceMonitor": {"enabled": True}, "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]}},
+    # A cert-manager Secret, the CA from a Secret, the token from a Secret.
+    "tls-secret": {
+        "web": {"tls": {"secretName": "captf-lock-exporter-tls"}},
+        "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]},
+        "pagesReader": {"groups": ["platform-oncall"]},
+        "serviceMonitor": {
+            "enabled": True,
+            "authorization": {"credentials": {"name": "prometheus-scrape-token", "key": "token"}},
+            "tlsConfig": {"ca": {"secret": {"name": "captf-lock-exporter-tls", "key": "ca.crt"}}},
+        },
+    },
+    # The CA from a ConfigMap (trust-manager's bundle) and an explicit name.
+    "ca-configmap": {
+        "web": {"tls": {"secretName": "lock-exporter-cert"}},
+        "serviceMonitor": {
+            "enabled": True,
+            "tlsConfig": {"ca": {"configMap": {"name": "cluster-ca-bundle", "key": "ca.crt"}},
+                          "serverName": "lock-exporter.example.internal"},
+        },
+        "networkPolicy": {"ingress": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},
+                                      "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}},
+    },
+    # secretName is ignored without TLS (--tls-cert-file conflicts with --plain-http).
+    "plain-http": {"web": {"tls": {"enabled": False, "secretName": "unused-tls"}}, "serviceMonitor": {"enabled": True}},
+    "no-auth": {"web": {"auth": {"enabled": False}}, "serviceMonitor": {"enabled": True},
+                "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]}},
+    "insecure": {"web": {"tls": {"enabled": False}, "auth": {"enabled": False}}, "networkPolicy": {"enabled": False},
+                 "serviceMonitor": {"enabled": True}},
+    "no-rbac": {"rbac": {"create": False}, "serviceMonitor": {"enabled": True}},
     "all-on": ALL_ON,
     "rules": RULES,
     "single": {"replicaCount": 1, "podDisruptionBudget": {"enabled": False}, "topologySpread": {"enabled": False}},
-    "namespaced": {"watchNamespaces": ["team-a", "team-b"], "logFormat": "text", "logLevel": "debug"},
+    "namespaced": {"watchNamespaces": ["team-a", "team-b"], "logFormat": "text", "logLevel": "debug",
+                   "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]}},
     "misc": {
         "fullnameOverride": "lock-exporter",
         "serviceAccount": {"create": False, "name": "existing-sa"},
@@ -136,6 +184,21 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "prometheusRule.grafanaUrl: grafana.local (no scheme)": {"prometheusRule": {"grafanaUrl": "grafana.local"}},
     "prometheusRule.additionalRuleLabels: a number": {"prometheusRule": {"additionalRuleLabels": {"team": 1}}},
     "serviceMonitor.sampleLimit: -1": {"serviceMonitor": {"sampleLimit": -1}},
+    # Issue 23.
+    'web.tls.enabled: "yes"': {"web": {"tls": {"enabled": "yes"}}},
+    "web.tls.secretName: Bad_Name": {"web": {"tls": {"secretName": "Bad_Name"}}},
+    "web.tls.certFile (unknown key)": {"web": {"tls": {"certFile": "/tls.crt"}}},
+    "web.auth.mode (unknown key)": {"web": {"auth": {"mode": "none"}}},
+    "metricsReader.serviceAccounts: no namespace": {"metricsReader": {"serviceAccounts": [{"name": "prometheus-k8s"}]}},
+    "metricsReader.serviceAccounts: a string": {"metricsReader": {"serviceAccounts": ["monitoring/prometheus-k8s"]}},
+    "pagesReader.users: a string": {"pagesReader": {"users": "alice"}},
+    "serviceMonitor.tlsConfig.ca: secret and configMap": {"serviceMonitor": {"tlsConfig": {"ca": {
+        "secret": {"name": "a", "key": "ca.crt"}, "configMap": {"name": "b", "key": "ca.crt"}}}}},
+    "serviceMonitor.tlsConfig.ca.secret: no key": {"serviceMonitor": {"tlsConfig": {"ca": {"secret": {"name": "a"}}}}},
+    "serviceMonitor.tlsConfig.insecureSkipVerify (not a value)": {"serviceMonitor": {"tlsConfig": {"insecureSkipVerify": True}}},
+    "serviceMonitor.authorization.credentials: no key": {"serviceMonitor": {"authorization": {"credentials": {"name": "s"}}}},
+    "serviceMonitor.bearerTokenFile: relative": {"serviceMonitor": {"bearerTokenFile": "token"}},
+    "networkPolicy.ingress.namespaceSelector: a string": {"networkPolicy": {"ingress": {"namespaceSelector": "monitoring"}}},
 }
 
 

@@ -19,6 +19,7 @@ from chart_common import (
     K8S_VERSIONS,
     KUSTOMIZE,
     ROOT,
+    SA_TOKEN_FILE,
     TOOLS,
     UID,
     VENV_BIN,
@@ -34,6 +35,7 @@ from chart_common import (
     parsed_groups,
 )
 from chart_checks import (
+    check_auth_rules,
     check_pod_hardening,
     check_pod_ports,
     check_rbac_rules,
@@ -154,7 +156,10 @@ def check_kustomize(tmp: Path, chart_meta: dict[str, Any], chart_values: dict[st
         check_pod_hardening(pod, c, "lock-exporter sidecar")
         check_pod_ports(pod, "patched manager pod")
         expect("readinessProbe" not in c, "the sidecar must not gate the manager pod's (webhook) readiness")
-        expect(c["livenessProbe"]["httpGet"]["path"] == "/healthz", "sidecar livenessProbe is not /healthz")
+        expect(c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "lock-metrics", "scheme": "HTTPS"},
+               f"sidecar livenessProbe {c['livenessProbe']['httpGet']} is not HTTPS GET /healthz on lock-metrics")
+        expect("--plain-http" not in c["args"] and [a for a in c["args"] if a.startswith("--auth")] == ["--auth=kubernetes"],
+               f"sidecar args {c['args']}: want HTTPS (no --plain-http) and exactly --auth=kubernetes")
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         expect(ports == {"lock-metrics": chart_values["port"]}, f"sidecar ports {ports}")
         expect(f"--listen-address=0.0.0.0:{chart_values['port']}" in c["args"], "sidecar --listen-address")
@@ -167,18 +172,38 @@ def check_kustomize(tmp: Path, chart_meta: dict[str, Any], chart_values: dict[st
 
     def rbac() -> str:
         dep = state.get("dep") or by_kind(objs, "Deployment")[0]
-        crs = [o for o in by_kind(objs, "ClusterRole")]
-        crbs = [o for o in by_kind(objs, "ClusterRoleBinding")]
-        expect(len(crs) == 1 and len(crbs) == 1, f"{len(crs)} ClusterRole(s), {len(crbs)} ClusterRoleBinding(s)")
-        check_rbac_rules(crs[0]["rules"], ident(crs[0]))
-        b = crbs[0]
-        expect(b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": crs[0]["metadata"]["name"]}, "roleRef")
+        crs = {o["metadata"]["name"]: o for o in by_kind(objs, "ClusterRole")}
+        crbs = {o["metadata"]["name"]: o for o in by_kind(objs, "ClusterRoleBinding")}
+        reads, reviews, reader = ("captf-lock-exporter-sidecar", "captf-lock-exporter-sidecar-auth-delegator",
+                                  "captf-lock-exporter-sidecar-metrics-reader")
+        expect(sorted(crs) == sorted([reads, reviews, reader]), f"ClusterRoles {sorted(crs)}")
+        expect(sorted(crbs) == sorted([reads, reviews]), f"ClusterRoleBindings {sorted(crbs)} (the metrics reader is for the user to bind)")
+        check_rbac_rules(crs[reads]["rules"], ident(crs[reads]))
+        check_auth_rules(crs[reviews]["rules"], ident(crs[reviews]))
+        expect(crs[reader]["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}], f"{reader} rules {crs[reader]['rules']}")
         sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
-        expect(b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": dep["metadata"]["namespace"]}],
-               f"binding subjects {b['subjects']} != the manager's ServiceAccount {sa}")
+        for name in (reads, reviews):
+            b = crbs[name]
+            expect(b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}, f"{ident(b)} roleRef")
+            expect(b["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": dep["metadata"]["namespace"]}],
+                   f"{ident(b)} subjects {b['subjects']} != the manager's ServiceAccount {sa}")
         expect(any(o["kind"] == "ServiceAccount" and o["metadata"]["name"] == sa for o in objs), f"ServiceAccount {sa} not in CAPTF's manifests")
-        return f"bound to {dep['metadata']['namespace']}/{sa}"
-    r.run("kustomize: ClusterRole get/list/watch on the contract's list, bound to the manager's ServiceAccount", rbac)
+        return f"reads and the two reviews bound to {dep['metadata']['namespace']}/{sa}; {reader} (get /metrics) unbound"
+    r.run("kustomize: ClusterRoles get/list/watch on the contract's list and create on the two reviews, bound to the manager's "
+          "ServiceAccount; metrics-reader exactly get /metrics", rbac)
+
+    def servicemonitor_security() -> str:
+        sms = by_kind(objs, "ServiceMonitor")
+        expect(len(sms) == 1, f"{len(sms)} ServiceMonitors")
+        ep = sms[0]["spec"]["endpoints"][0]
+        expect(ep.get("scheme") == "https", f"scheme {ep.get('scheme')}")
+        expect(ep.get("bearerTokenFile") == SA_TOKEN_FILE or (ep.get("authorization") or {}).get("type") == "Bearer",
+               "no bearer token (bearerTokenFile or authorization)")
+        tls = ep.get("tlsConfig") or {}
+        expect(tls == {"insecureSkipVerify": True} or (tls.get("ca") and tls.get("serverName") and not tls.get("insecureSkipVerify")),
+               f"tlsConfig {tls}: want a CA and serverName, or insecureSkipVerify (self-signed)")
+        return f"https, {'bearerTokenFile' if 'bearerTokenFile' in ep else 'authorization'}, tlsConfig {tls}"
+    r.run("kustomize: ServiceMonitor https with the bearer token and a tlsConfig", servicemonitor_security)
 
     def service() -> str:
         dep = state.get("dep") or by_kind(objs, "Deployment")[0]
@@ -247,7 +272,8 @@ def self_tests(objs_all_on: list[dict[str, Any]], r: Runner) -> None:
         return False
 
     def run() -> str:
-        cr = one(objs_all_on, "ClusterRole")
+        cr = [o for o in by_kind(objs_all_on, "ClusterRole")
+              if any("leases" in r_.get("resources", []) for r_ in o["rules"])][0]
         dep = one(objs_all_on, "Deployment")
         cases: dict[str, Callable[[], Any]] = {}
         bad = copy.deepcopy(cr["rules"]); bad[0]["verbs"].append("create")

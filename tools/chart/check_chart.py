@@ -67,6 +67,13 @@ from chart_checks import (
     compare_dashboards,
     compare_rule_groups,
 )
+from chart_security import (
+    OBJECT_CHECKS,
+    check_no_peer_fails,
+    check_notes,
+    check_secure_defaults,
+    security_self_tests,
+)
 from chart_tools import (
     check_dockerfile,
     check_kustomize,
@@ -123,6 +130,8 @@ def main() -> int:
         return f"strict, kube {LINT_KUBE_VERSION}" + (f"; info: {'; '.join(info)}" if info else "")
     r.run("helm lint (v4 engine) default values", lambda: lint({}, charts.real))
     r.run("helm lint (v4 engine) all toggles on", lambda: lint(copy.deepcopy(ALL_ON), charts.with_sources))
+    for name in ("monitored", "tls-secret", "ca-configmap", "plain-http", "no-auth", "insecure", "no-rbac", "namespaced"):
+        r.run(f"helm lint (v4 engine) [{name}]", lambda name=name: lint(copy.deepcopy(VARIANTS[name]), charts.real))
 
     # Renders.
     variant_names = list(VARIANTS)
@@ -168,8 +177,13 @@ def main() -> int:
                 r.run("[default] prometheusRule.enabled: the rules as in alerts/*.rules.yaml, dashboard_url left out",
                       lambda: rules_with_defaults())
         sa = one(objs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
-        r.run(f"[{name}] RBAC is get/list/watch on exactly the contract's list",
+        r.run(f"[{name}] RBAC: get/list/watch on exactly the contract's list, create on the two reviews with auth, nothing else",
               lambda objs=objs, merged=merged, sa=sa: check_rbac(objs, merged, sa))
+        for label, fn in OBJECT_CHECKS.items():
+            r.run(f"[{name}] {label}", lambda objs=objs, merged=merged, fn=fn: fn(objs, merged))
+        if name == "default":
+            r.run("[default] secure by default: HTTPS, --auth=kubernetes, review ClusterRole, NetworkPolicy from monitoring only",
+                  lambda objs=objs, merged=merged: check_secure_defaults(objs, merged))
         r.run(f"[{name}] kubernetes-validate --strict -k {' -k '.join(K8S_VERSIONS)}",
               lambda objs=objs, name=name: kubernetes_validate(objs, tmp / f"kv-{name}", name))
         crs = [(name, o) for o in objs if o["kind"] in CR_KINDS]
@@ -267,18 +281,24 @@ def main() -> int:
         key = lambda o: ident(o)
         expect(sorted(objs3, key=key) == sorted(objs, key=key), "helm 3.6.2 renders different objects than the v4 engine")
         return "lint --strict clean, same objects as the v4 engine"
-    for name in ("default", "all-on-fixtures" if "all-on-fixtures" in rendered else "all-on", "namespaced"):
+    for name in ("default", "all-on-fixtures" if "all-on-fixtures" in rendered else "all-on", "namespaced", "tls-secret"):
         if name in rendered:
             r.run(f"[{name}] second opinion: helm 3.6.2 binary", lambda name=name: helm3_check(name))
 
     check_kustomize(tmp, chart_meta, chart_values, r)
 
     def same_rules() -> str:
-        k = [d for d in yaml.safe_load_all((KUSTOMIZE / "rbac.yaml").read_text()) if d and d["kind"] == "ClusterRole"][0]
-        c = one(rendered["default"][0], "ClusterRole")
-        norm = lambda rules: sorted((g, res, tuple(sorted(r_["verbs"]))) for r_ in rules for g in r_["apiGroups"] for res in r_["resources"])
-        expect(norm(k["rules"]) == norm(c["rules"]), "deploy/kustomize/rbac.yaml and the chart's ClusterRole differ")
-        return "same rules"
+        k = {d["metadata"]["name"]: d for d in yaml.safe_load_all((KUSTOMIZE / "rbac.yaml").read_text()) if d and d["kind"] == "ClusterRole"}
+        c = {o["metadata"]["name"]: o for o in by_kind(rendered["default"][0], "ClusterRole")}
+        norm = lambda rules: sorted((g, res, tuple(sorted(r_["verbs"]))) for r_ in rules for g in r_.get("apiGroups", []) for res in r_.get("resources", []))
+        urls = lambda rules: sorted((u, tuple(sorted(r_["verbs"]))) for r_ in rules for u in r_.get("nonResourceURLs", []))
+        pairs = [("captf-lock-exporter-sidecar", RELEASE), ("captf-lock-exporter-sidecar-auth-delegator", f"{RELEASE}-auth-delegator"),
+                 ("captf-lock-exporter-sidecar-metrics-reader", f"{RELEASE}-metrics-reader")]
+        for kn, cn in pairs:
+            expect(kn in k and cn in c, f"ClusterRole {kn} (kustomize) or {cn} (chart) missing")
+            expect(norm(k[kn]["rules"]) == norm(c[cn]["rules"]) and urls(k[kn]["rules"]) == urls(c[cn]["rules"]),
+                   f"deploy/kustomize/rbac.yaml {kn} and the chart's {cn} differ")
+        return f"same rules in {len(pairs)} ClusterRole pairs"
     if "default" in rendered:
         r.run("kustomize and chart grant the same rules", same_rules)
 
@@ -286,6 +306,10 @@ def main() -> int:
 
     if "all-on-fixtures" in rendered or "all-on" in rendered:
         self_tests((rendered.get("all-on-fixtures") or rendered["all-on"])[0], r)
+    r.run("NOTES.txt: scraping by hand with a token, warnings exactly when TLS or auth is off", lambda: check_notes(charts.real))
+    r.run("networkPolicy with no ingress peer fails the install", lambda: check_no_peer_fails(charts.real))
+    if "tls-secret" in rendered:
+        security_self_tests(rendered["tls-secret"][0], rendered["tls-secret"][1], r)
 
     if args.keep:
         print(f"rendered files kept in {tmp}")
