@@ -47,6 +47,13 @@ class Install:
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [o for o in self.objects if o["kind"] == kind]
 
+    def read_role(self) -> dict[str, Any]:
+        """The ClusterRole that lets the exporter read the cluster (the one with the leases rule),
+        as opposed to the review and reader roles the chart renders beside it."""
+        (role,) = [o for o in self.of_kind("ClusterRole")
+                   if any("leases" in r.get("resources", []) for r in o.get("rules", []))]
+        return role
+
 
 def install_chart(kube: Kube, values: dict[str, Any], name: str = RELEASE, namespace: str = RELEASE_NS) -> Install:
     objs = [o for o in render_chart(values, namespace, name) if o["kind"] in RBAC_KINDS]

@@ -190,7 +190,7 @@ def test_own_unverified_when_pod_reads_are_refused(kube: Kube, ns: str, namespac
     from conftest import install_chart
     values = {"fullnameOverride": "exporter-nopodget"}
     inst = install_chart(kube, values, name="nopodget")
-    (role,) = inst.of_kind("ClusterRole")
+    role = inst.read_role()
     for rule in role["rules"]:
         if "pods" in rule.get("resources", []):
             rest = [r for r in rule["resources"] if r != "pods"]

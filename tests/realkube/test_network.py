@@ -179,7 +179,7 @@ def test_client_certificate(cp: ControlPlane, kube: Kube, install: Install, ns: 
                             tmp_path: Path) -> None:
     user = "captf-lock-exporter-cert"
     crt, key = client_certificate(cp.workdir, user)
-    (role,) = [o for o in install.objects if o["kind"] == "ClusterRole"]
+    role = install.read_role()
     kube.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                 "metadata": {"name": user},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
