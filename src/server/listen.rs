@@ -342,6 +342,10 @@ async fn serve_limited<L: Listener>(
     }
 }
 
+/// The most TLS output a connection buffers: one full record (16 KiB of
+/// plaintext) and its overhead.
+const TLS_BUFFER_LIMIT: usize = 17 * 1024;
+
 /// One connection: the TLS handshake if any (bounded by the header
 /// timeout), then HTTP/1.1.
 async fn connection<I>(
@@ -368,7 +372,13 @@ async fn connection<I>(
         () = stopping(&mut shutdown) => return,
     };
     match handshake {
-        Ok(Ok(stream)) => http(stream, app, &registered, config, shutdown).await,
+        Ok(Ok(mut stream)) => {
+            // rustls buffers up to 64 KiB of records per connection by
+            // default; a client that stops reading would pin all of it.
+            // One full record is enough to keep a reading client busy.
+            stream.get_mut().1.set_buffer_limit(Some(TLS_BUFFER_LIMIT));
+            http(stream, app, &registered, config, shutdown).await
+        }
         Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
         Err(_) => tracing::debug!(
             timeout = ?config.header_read_timeout,

@@ -88,6 +88,9 @@ class Exporter(ManagedProcess):
         self.port = 0
         self.http = requests.Session()
         if secure:
+            # Not from the environment: with REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE set, requests
+            # would prefer them over the session's own CA.
+            self.http.trust_env = False
             self.http.verify = ca if ca else False
             if token:
                 self.http.headers["Authorization"] = f"Bearer {token}"

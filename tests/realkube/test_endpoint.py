@@ -16,7 +16,7 @@ from conftest import REPORT, install_chart
 from pykit.chart import metrics_reader_token
 from pykit.builders import lock_lease, terraform_object
 from pykit.controlplane import ControlPlane, Kube
-from pykit.exporter import E, Exporter, wait_samples
+from pykit.exporter import E, Exporter, wait_metric, wait_samples
 from pykit.net import wait_for
 from pykit.tls import SecretVolume, issue, pem_fingerprint, served_fingerprint
 
@@ -107,7 +107,9 @@ def test_tls_authn_authz_rotation_and_audit(cp: ControlPlane, kube: Kube, ns: st
     assert exp.pid == pid and exp.returncode() is None
     assert exp.get("/metrics").status_code == 200
 
-    m = exp.scrape()
+    # The health part of the body is rendered beside the scrapes: wait (bounded) for the reload.
+    m = wait_metric(exp, lambda m: (m.get("captf_lock_exporter_tls_reloads_total", result="ok") or 0) >= 1,
+                    10, "tls_reloads_total{result=ok} to count the rotation")
     assert m.get("captf_lock_exporter_http_auth_total", result="unauthenticated") >= 2
     assert m.get("captf_lock_exporter_http_auth_total", result="forbidden") >= 2
     assert m.get("captf_lock_exporter_http_auth_total", result="allowed") >= n

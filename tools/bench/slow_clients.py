@@ -159,8 +159,10 @@ def main() -> int:
             try:
                 st, n = fetch(url + "/metrics", 30)
                 times.append(time.monotonic() - t)
-                if st != 200 or n != body:
-                    failures.append(f"status {st}, {n} of {body} bytes")
+                # Whole: urllib raises on a body shorter than its Content-Length. The size may
+                # differ a little from the first scrape (timestamps, counters move).
+                if st != 200 or n < body * 0.9:
+                    failures.append(f"status {st}, {n} bytes (first scrape {body})")
             except OSError as e:
                 times.append(time.monotonic() - t)
                 failures.append(f"{type(e).__name__}: {e}")
