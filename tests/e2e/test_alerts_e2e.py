@@ -481,6 +481,17 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
     prom_log = stack.prometheus.log_text() if stack.prometheus else ""
     # 2.x logs level=warn, 3.x (slog) level=WARN.
     warns = [l for l in prom_log.splitlines() if re.search(r"\blevel=(warn|error)\b", l, re.I)]
+    # The test copy of a shortened alert and its shipped rule have the same name and labels, so
+    # both groups write the same ALERTS / ALERTS_FOR_STATE series; when the two groups' 1 s
+    # evaluations cross (a loaded machine), Prometheus drops the older sample and warns. That is
+    # the harness's two copies, not the rules: only that warning, only for those alerts, is let by.
+    both = "|".join(re.escape(a) for a in SHORTEN)
+    harness = [l for l in warns if "out-of-order result from rule evaluation" in l
+               and re.search(rf"\bname=({both})\b", l) and DERIVED_GROUP_SUFFIX in l]
+    warns = [l for l in warns if l not in harness]
+    if harness:
+        notes.append(f"Prometheus log: {len(harness)} out-of-order warning(s) from the test copies of "
+                     f"{sorted(set(re.findall(rf'name=({both})', ' '.join(harness))))} (same series as the shipped rules)")
     notes.append(f"Prometheus log: {len(warns)} warn/error lines"
                  + ("".join(f"\n      {w[:300]}" for w in warns[:10]) if warns else ""))
     notes.extend(_scrape_format(stack, flavor, versions["prometheus"], prom_major, warns, prom_log))
