@@ -131,17 +131,18 @@ mkdir -p "$FS/etc"
 echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' >"$FS/etc/passwd"
 echo 'nonroot:x:65532:' >"$FS/etc/group"
 chmod 0644 "$FS/etc/passwd" "$FS/etc/group"
-chown -R 0:0 "$FS"
 find "$FS" -type d -exec chmod 0755 {} +
-find "$FS" -exec touch -h -d "@$EPOCH" {} +
 
-# ---- the image (umoci: one layer, config as the Dockerfile says) ----
+# ---- the image (one layer: tools/image/layer.py writes it, root-owned, at the commit's time; umoci
+# stores it and sets the config as the Dockerfile says) ----
 LAYOUT=$OUT/oci
 rm -rf "$LAYOUT"
 umoci init --layout "$LAYOUT"
 umoci new --image "$LAYOUT:$TAG"
-umoci insert --rootless --image "$LAYOUT:$TAG" --history.created "$CREATED" \
-  --history.created_by "scripts/image.sh: binary, ldd's libraries, CA bundle, nonroot user" "$FS" /
+python3 "$ROOT/tools/image/layer.py" "$FS" "$EPOCH" "$OUT/layer.tar"
+umoci raw add-layer --image "$LAYOUT:$TAG" --history.created "$CREATED" \
+  --history.created_by "scripts/image.sh: binary, ldd's libraries, CA bundle, nonroot user" "$OUT/layer.tar"
+rm -f "$OUT/layer.tar"
 labels=(
   "org.opencontainers.image.source=$SOURCE"
   "org.opencontainers.image.version=$VERSION"
