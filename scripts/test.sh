@@ -109,7 +109,7 @@ stage_realkube() {
 # cargo-auditable, cargo-cyclonedx and cargo-deny (pinned), for the image stage: `cargo install
 # --locked` into ~/.cargo/bin, in the background from the start (cold, on this 2-core machine:
 # several minutes; warm: a version check, nothing built). stage_image waits for it.
-CARGO_TOOLS=(cargo-auditable@0.7.4 cargo-cyclonedx@0.5.9 cargo-deny@0.19.4)
+CARGO_TOOLS=(cargo-auditable@0.7.7 cargo-cyclonedx@0.5.9 cargo-deny@0.20.2)
 CARGO_TOOLS_PID=""
 CARGO_TOOLS_LOG="$ROOT/target/cargo-tools.log"
 cargo_tools_start() {
