@@ -56,15 +56,26 @@ TAG="$NAME:$VERSION"
 # ---- the binary (cargo auditable) and its SBOM ----
 if [ -z "$BINARY" ]; then
   command -v cargo-auditable >/dev/null || die "cargo-auditable missing: cargo install --locked cargo-auditable"
-  cargo auditable build --release --locked --bin "$NAME"
-  BINARY=$ROOT/target/release/$NAME
+  # A target directory of its own: cargo-auditable wraps rustc for the workspace crate, which
+  # changes its fingerprint, so sharing target/ with `cargo build --release` (the realkube stage)
+  # would rebuild the crate on every switch between the two.
+  # First time: seeded from target/release when that exists (the dependencies are the same
+  # compiled units; only the workspace crate is built again).
+  if [ ! -d "$ROOT/target/image-build/release" ] && [ -d "$ROOT/target/release" ]; then
+    mkdir -p "$ROOT/target/image-build" && cp -a "$ROOT/target/release" "$ROOT/target/image-build/"
+  fi
+  CARGO_TARGET_DIR=$ROOT/target/image-build cargo auditable build --release --locked --bin "$NAME"
+  BINARY=$ROOT/target/image-build/release/$NAME
 fi
 [ -x "$BINARY" ] || die "no binary at $BINARY"
 readelf -S -W "$BINARY" | grep -q '\.dep-v0' || die "$BINARY carries no .dep-v0 section (not built with cargo auditable)"
 
 mkdir -p "$OUT"
 command -v cargo-cyclonedx >/dev/null || die "cargo-cyclonedx missing: cargo install --locked cargo-cyclonedx"
-cargo cyclonedx --format json --spec-version 1.5 --override-filename "$NAME.cdx" >/dev/null
+# The crates compiled into the binary for this platform: no build-script-only crates, no
+# dev-dependencies.
+cargo cyclonedx --quiet --format json --spec-version 1.5 --no-build-deps \
+  --target "$(rustc -vV | sed -n 's/^host: //p')" --override-filename "$NAME.cdx"
 mv -f "$ROOT/$NAME.cdx.json" "$OUT/$NAME.cdx.json"
 
 # ---- the root filesystem ----
