@@ -208,8 +208,11 @@ def pod(cp: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFactory) 
             metrics_token, bundle / "rootfs", spec, before)
     ctr.start()
     try:
-        wait_for(lambda: ctr.state() is not None and ctr.state().get("status") == "running", 20,
-                 "the container running")
+        def running() -> bool:
+            ctr.check_alive()  # the runtime's own error (e.g. crun on hybrid cgroups) ends the wait
+            st = ctr.state()
+            return st is not None and st.get("status") == "running"
+        wait_for(running, 20, "the container running")
         yield p
     finally:
         ctr.remove()

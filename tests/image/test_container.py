@@ -178,6 +178,7 @@ def test_rotated_token_is_taken_through_the_symlink_swap(pod: Pod, cp: ControlPl
     first_new = min(_ts(r["requestReceivedTimestamp"]) for r in _exporter_requests(cp, user, swapped)
                     if _jti(r) == f"JTI={new_jti}")
     REPORT["first_request_with_new_token_after_swap_s"] = round(first_new - swapped, 2)
+    assert first_new < claims["exp"], "the new token was first used after the old one expired"
     # a refused token authenticates nobody: look for 401s of any user, the probe's left out
     unauthorized = [(e["requestURI"], e.get("userAgent")) for e in cp.audit_events()
                     if e.get("stage") == "ResponseComplete" and (e.get("responseStatus") or {}).get("code") == 401
