@@ -76,3 +76,24 @@ def test_atomic_writer_layout(tmp_path: Path) -> None:
     assert (tmp_path / "vol" / "token").stat().st_ino != ino
     assert sorted(p.name for p in (tmp_path / "vol").iterdir()) == sorted(["..data", second.name, "token", "namespace"])
     assert oct((second / "token").stat().st_mode & 0o777) == oct(0o644)
+
+
+def test_the_tree_snapshot_sees_a_write(tmp_path: Path) -> None:
+    """The root-filesystem comparison of test_container: a rewritten byte (size and time kept), a
+    new file, a mode change are each seen."""
+    from container import tree
+    (tmp_path / "etc").mkdir()
+    f = tmp_path / "etc" / "passwd"
+    f.write_bytes(b"nonroot:x:65532")
+    before = tree(tmp_path)
+    st = f.stat()
+    f.write_bytes(b"nonroot:x:00000")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert tree(tmp_path)["/etc/passwd"] != before["/etc/passwd"]
+    f.write_bytes(b"nonroot:x:65532")
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert tree(tmp_path) == before
+    (tmp_path / "etc" / "new").write_text("")
+    assert "/etc/new" in tree(tmp_path)
+    os.chmod(f, 0o600)
+    assert tree(tmp_path)["/etc/passwd"] != before["/etc/passwd"]
