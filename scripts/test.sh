@@ -137,7 +137,7 @@ stage_image() {
   fi
   grep '^cargo-tools:' "$CARGO_TOOLS_LOG"
   echo "cargo tools ready after $((SECONDS - start)) s of waiting in this stage"
-  cargo deny --locked check licenses bans sources || return 1
+  cargo deny --locked check --hide-inclusion-graph licenses bans sources || return 1
   bash scripts/image.sh || return 1
   if [ -n "$GO_BUILD_PID" ]; then
     wait "$GO_BUILD_PID" || { echo "background Go build failed:"; tail -40 "$GO_BUILD_LOG"; return 1; }

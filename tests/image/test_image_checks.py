@@ -114,3 +114,28 @@ def test_a_chart_that_points_elsewhere_fails(image: oci.Image, monkeypatch: pyte
     monkeypatch.setattr(check_image, "git_head", lambda: image.config["config"]["Labels"]["org.opencontainers.image.revision"][:40])
     problems = check_image.check_chart(image, OUT / f"{NAME}.oci.tar")
     assert any("appVersion 9.9.9" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("change,section,want", [
+    ('  "MIT",\n', "licenses", "rejected"),
+    ('deny = [\n', "bans", "banned"),
+    ('allow-registry = ["https://github.com/rust-lang/crates.io-index"]', "sources", "not explicitly allowed"),
+])
+def test_cargo_deny_fails_on_what_deny_toml_forbids(tmp_path: Path, change: str, section: str, want: str) -> None:
+    """deny.toml is live: removing MIT from the allowed licences, banning tokio, or allowing no
+    registry each fails `cargo deny check` (the stage runs it with the real deny.toml)."""
+    import subprocess
+    if shutil.which("cargo-deny") is None:
+        pytest.fail("cargo-deny missing (scripts/test.sh installs it: cargo install --locked cargo-deny)")
+    text = (ROOT / "deny.toml").read_text()
+    assert change in text, change
+    repl = {"licenses": "", "bans": 'deny = [\n  { name = "tokio", reason = "mutation test" },\n',
+            "sources": "allow-registry = []"}[section]
+    cfg = tmp_path / "deny.toml"
+    cfg.write_text(text.replace(change, repl))
+    ok = subprocess.run(["cargo", "deny", "--locked", "--config", str(ROOT / "deny.toml"), "check",
+                         "--hide-inclusion-graph", section], cwd=ROOT, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    bad = subprocess.run(["cargo", "deny", "--locked", "--config", str(cfg), "check", "--hide-inclusion-graph",
+                          section], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and want in bad.stderr, bad.stderr[-2000:]
