@@ -120,7 +120,9 @@ cargo_tools_start() {
       have=$(cargo install --list | sed -n "s/^$name v\(.*\):\$/\1/p")
       if [ "$have" = "$want" ]; then echo "cargo-tools: $name $want already installed"; continue; fi
       s=$SECONDS
-      nice -n 10 cargo install --locked --quiet "$name@$want" || { echo "cargo-tools: $name@$want FAILED"; exit 1; }
+      # one build directory for the three (they share many crates), kept for the next version bump
+      CARGO_TARGET_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/captf-lock-exporter/cargo-tools-target" \
+        nice -n 10 cargo install --locked --quiet "$name@$want" || { echo "cargo-tools: $name@$want FAILED"; exit 1; }
       echo "cargo-tools: $name $want installed in $((SECONDS - s)) s"
     done
   ) >"$CARGO_TOOLS_LOG" 2>&1 &

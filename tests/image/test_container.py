@@ -184,8 +184,9 @@ def test_rotated_token_is_taken_through_the_symlink_swap(pod: Pod, cp: ControlPl
                     if e.get("stage") == "ResponseComplete" and (e.get("responseStatus") or {}).get("code") == 401
                     and _ts(e["requestReceivedTimestamp"]) >= swapped and e.get("userAgent") != PROBE_AGENT]
     assert not unauthorized, f"401 after the swap: {unauthorized}"
-    assert all(k == f"JTI={new_jti}" for k in _credential_ids(cp, user, revoked + 1)), \
-        "a request after the revocation used another credential than the new token"
+    # a request sent just before the swap may arrive just after it; from 1 s on, only the new token
+    late = {k: v for k, v in _credential_ids(cp, user, swapped + 1).items() if k != f"JTI={new_jti}"}
+    assert not late, f"requests after the swap with another credential than the new token: {late}"
     assert pod.probe("readinessProbe").status_code == 200
     log = pod.container.log_path.read_text(errors="replace")
     assert "token file changed" in log, "the exporter did not log the new token"
