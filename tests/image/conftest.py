@@ -155,6 +155,16 @@ def metrics_reader(kube: Kube, ns: str) -> str:
     return kube.token(ns, name, 3600)
 
 
+def kubernetes_service_env(host: str, port: int) -> dict[str, str]:
+    """What the kubelet puts in every container for the `kubernetes` Service, enableServiceLinks
+    or not (here the Service is the test's kube-apiserver on the host's loopback)."""
+    addr = f"tcp://{host}:{port}"
+    return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": str(port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(port), "KUBERNETES_PORT": addr,
+            f"KUBERNETES_PORT_{port}_TCP": addr, f"KUBERNETES_PORT_{port}_TCP_PROTO": "tcp",
+            f"KUBERNETES_PORT_{port}_TCP_PORT": str(port), f"KUBERNETES_PORT_{port}_TCP_ADDR": host}
+
+
 @pytest.fixture(scope="module")
 def pod(cp: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pod]:
     """The chart rendered with a free port on loopback (the container shares the host's network),
@@ -195,7 +205,7 @@ def pod(cp: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFactory) 
     manifest_cfg = oci.load(ROOT / "target" / "image" / "oci", f"{NAME}:{cargo_version()}").config
     spec = runtime_spec.runtime_spec(
         objects, manifest_cfg, hostname=hostname, sa_volume=volume.path, etc_dir=etc, termination_log=term,
-        env={"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(cp.apiserver.port)},
+        env=kubernetes_service_env("127.0.0.1", cp.apiserver.port),
         cgroups_path=f"captf-image-test-{os.getpid()}")
     # umoci's own config.json is kept beside for comparison; runc reads ours
     (bundle / "umoci-config.json").write_text(json.dumps(image_config, indent=1))
