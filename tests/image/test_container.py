@@ -163,6 +163,8 @@ def test_rotated_token_is_taken_through_the_symlink_swap(pod: Pod, cp: ControlPl
     REPORT["old_token_refused_after_s"] = round(revoked - swapped, 1)
 
     # new requests: a lock whose runner pod is gone needs a live pod read before own_stale
+    if kube.get("/api/v1/namespaces/image-classes").status_code == 404:
+        kube.namespace("image-classes")
     kube.create(terraform_object(M, "image-classes", "rotated"))
     kube.create(lock_lease("image-classes", M, "rotated", who=f"root@{runner_pod_name(M, 'rotated', 'apply', 3)}"))
     wait_samples(pod, [E("captf_state_lock_info", 1, namespace="image-classes", kind=M, name="rotated",
