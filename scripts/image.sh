@@ -30,7 +30,7 @@ BINARY=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) BINARY=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "image.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
