@@ -28,12 +28,13 @@ def test_ready_on_the_chart_probe_paths(pod: Pod) -> None:
     ready = pod.probes["readinessProbe"]
     live = pod.probes["livenessProbe"]
     wait_for(lambda: pod.probe("livenessProbe").status_code == 200, 30, f"liveness {live['path']} 200")
+    alive = elapsed_since(pod.container.started_at)
+    # later than this, the kubelet would have restarted the container
+    budget = live.get("initialDelaySeconds", 0) + live["periodSeconds"] * live["failureThreshold"]
+    assert alive < budget, f"{live['path']} answered after {alive} s: the liveness probe would have killed it"
     wait_for(lambda: pod.probe("readinessProbe").status_code == 200, 60, f"readiness {ready['path']} 200")
-    t = elapsed_since(pod.container.started_at)
-    REPORT["start_to_ready_s"] = t
-    # the kubelet would have marked the pod ready at most one period after this
-    assert t < ready.get("initialDelaySeconds", 0) + ready["periodSeconds"] * ready["failureThreshold"], \
-        f"ready after {t} s: the readiness probe would have failed {ready['failureThreshold']} times"
+    REPORT["start_to_live_s"] = alive
+    REPORT["start_to_ready_s"] = elapsed_since(pod.container.started_at)
     log = pod.container.log_path.read_text(errors="replace")
     # in-cluster: no kubeconfig in the image, the ServiceAccount files were taken
     assert "no Kubernetes configuration" not in log, log[-2000:]
