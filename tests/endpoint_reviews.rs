@@ -17,8 +17,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::header::HeaderValue;
 use serde_json::{json, Value};
 
+/// One request as the API server got it: method, path, User-Agent, body.
+type Call = (Method, String, String, Value);
+
 #[derive(Clone, Default)]
-struct Recorded(Arc<Mutex<Vec<(Method, String, String, Value)>>>);
+struct Recorded(Arc<Mutex<Vec<Call>>>);
 
 fn answer(path: &str, body: &Value) -> Value {
     if path.ends_with("/tokenreviews") {
