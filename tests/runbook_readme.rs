@@ -146,7 +146,15 @@ fn the_unknown_lock_path_uses_holder_identity_and_releases_malformed_lock_info()
         !foreign.contains("force-unlock <lock_id>"),
         "lock-info's ID does not unlock: Unlock compares spec.holderIdentity"
     );
-    assert!(foreign.contains(r#"terraform force-unlock -force "$HID""#));
+    assert!(foreign.contains(r#""$TF" force-unlock -force "$HID""#));
+    assert!(
+        foreign.contains("TF=tofu   # or TF=terraform"),
+        "the manual force-unlock names both tools"
+    );
+    assert!(
+        foreign.contains("The request is invalid"),
+        "the runbook says what kubectl prints when the guarded patch's test fails"
+    );
     for want in [
         r#"{op: "test",   path: "/spec/holderIdentity", value: $hid}"#,
         r#"{op: "remove", path: "/spec/holderIdentity"}"#,
@@ -169,7 +177,7 @@ fn the_manual_force_unlock_shows_the_backend_block_init_needs() {
     );
     for want in [
         r#"'{"terraform": {"backend": {"kubernetes": {}}}}' > main.tf.json"#,
-        "terraform init -input=false",
+        r#""$TF" init -input=false"#,
         r#"-backend-config="secret_suffix=$SUFFIX""#,
         r#"-backend-config="namespace=$NS""#,
         r#"-backend-config="labels=$LABELS""#,
