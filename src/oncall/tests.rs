@@ -428,7 +428,10 @@ fn hostile_values_are_quoted_in_commands() {
         ),
         now,
     );
-    assert_eq!(r.commands.pod, None, "not a runner pod name: no pod command");
+    assert_eq!(
+        r.commands.pod, None,
+        "not a runner pod name: no pod command"
+    );
     // A hostile value in a pod-named host is quoted too (and an invalid pod
     // name gets no command at all).
     let r = LockReport::build(
@@ -656,7 +659,10 @@ fn one_shot_explain_of_an_unparseable_lock_says_the_age_is_unknown() {
     f.first_seen_held = Some(now);
     f.one_shot = true;
     let r = LockReport::build(&f, now);
-    assert!(!r.age_known && !r.overdue && r.overdue_in().is_none(), "{r:?}");
+    assert!(
+        !r.age_known && !r.overdue && r.overdue_in().is_none(),
+        "{r:?}"
+    );
     let text = render::evidence_text(&r);
     assert!(
         text.contains("Age:           unknown (lock-info has no usable Created"),
@@ -688,7 +694,10 @@ fn a_finished_pod_is_never_said_to_wait_for_a_live_read() {
     let r = LockReport::build(&f, now);
     let state = &r.pod.as_ref().expect("pod").state;
     assert!(!state.contains("pending"), "{state}");
-    assert!(state.contains("watch cache") && state.contains("finished"), "{state}");
+    assert!(
+        state.contains("watch cache") && state.contains("finished"),
+        "{state}"
+    );
     f.one_shot = true;
     let r = LockReport::build(&f, now);
     let text = render::evidence_text(&r);
@@ -712,7 +721,13 @@ fn pod_commands_only_for_runner_named_hosts_and_they_exit_zero_when_gone() {
     );
     let other = "captf-m-db-apply-a1-abc123-x7k2p";
     let r = LockReport::build(
-        &facts(HolderClass::Foreign, Some(&format!("@{other}")), 10, None, now),
+        &facts(
+            HolderClass::Foreign,
+            Some(&format!("@{other}")),
+            10,
+            None,
+            now,
+        ),
         now,
     );
     assert!(
@@ -725,7 +740,10 @@ fn pod_commands_only_for_runner_named_hosts_and_they_exit_zero_when_gone() {
     );
     let mut out = String::new();
     fix_text(&r, None, &mut out);
-    assert!(out.contains("named like a CAPTF runner pod of\n     another object"), "{out}");
+    assert!(
+        out.contains("named like a CAPTF runner pod of\n     another object"),
+        "{out}"
+    );
     let ws = LockReport::build(
         &facts(HolderClass::Foreign, Some("alice@laptop"), 10, None, now),
         now,
@@ -734,7 +752,10 @@ fn pod_commands_only_for_runner_named_hosts_and_they_exit_zero_when_gone() {
     let mut out = String::new();
     fix_text(&ws, None, &mut out);
     assert!(!out.contains("kubectl get pod"), "{out}");
-    assert!(out.contains("the host laptop is not a CAPTF runner pod"), "{out}");
+    assert!(
+        out.contains("the host laptop is not a CAPTF runner pod"),
+        "{out}"
+    );
     assert!(!crate::pages::evidence_html(&ws).contains("kubectl get pod"));
 }
 
@@ -764,7 +785,9 @@ fn a_refused_guarded_patch_is_explained() {
     let mut out = String::new();
     fix_text(&r, None, &mut out);
     assert!(
-        out.contains("kubectl printing \"The request is invalid\" (HTTP 422) means the test failed"),
+        out.contains(
+            "kubectl printing \"The request is invalid\" (HTTP 422) means the test failed"
+        ),
         "{out}"
     );
     assert!(

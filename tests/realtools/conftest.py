@@ -5,7 +5,7 @@ README's runbook ("Before you begin") prints, applied as printed.
 
 Environment:
   EXPORTER_BIN      the binary (default: target/release/captf-lock-exporter of this checkout)
-  REALTOOLS_TOOLS   the tools that take locks, space-separated (default: "tofu terraform")
+  REALTOOLS_TOOLS   the tools that take locks, space-separated (default: "tofu"; "tofu terraform" adds Terraform)
   REALTOOLS_REPORT  where the measurements go as JSON (default target/realtools-report.json)
 """
 
@@ -34,7 +34,7 @@ pytest_plugins = ("pykit.pytest_hooks",)
 os.environ.setdefault("EXPORTER_BIN", str(ROOT / "target" / "release" / "captf-lock-exporter"))
 
 CRDS = ROOT / "tests" / "crds"
-TOOLS = tuple(os.environ.get("REALTOOLS_TOOLS", "tofu terraform").split())
+TOOLS = tuple(os.environ.get("REALTOOLS_TOOLS", "tofu").split())
 RESOURCES = ("leases", "pods", "events", "terraformclusters", "terraformmachines", "terraformmachinepools",
              "terraformplans", "clusters")
 
