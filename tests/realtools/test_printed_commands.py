@@ -26,7 +26,7 @@ WRITES = ("patch", "annotate", "label", "delete", "apply", "create", "replace", 
 #: what the server answers a well-formed command about an object this test cluster lacks (no
 #: kubelet, no exporter Deployment): the command was parsed and its resource is served
 SERVER_ANSWERS = (r"Error from server \(NotFound\)", r"No resources found", r"does not have a host assigned",
-                  r"pod is not running", r"unable to forward", r"not found$")
+                  r"pod is not running", r"unable to forward", r"^no$", r"timed out waiting for the condition")
 #: what a command kubectl cannot run says: never accepted
 BROKEN = (r"unknown flag", r"unknown shorthand flag", r"unknown command", r"error parsing jsonpath",
           r"doesn't have a resource type", r"invalid argument", r"unexpected", r"is not a valid",
@@ -152,13 +152,54 @@ def with_dry_run(cmd: str) -> str:
         # -n NS and --namespace NS take the next word; --namespace=NS does not
         j += 2 if rest[j] in ("-n", "--namespace", "--context") else 1
     verb = rest[j] if j < len(rest) else ""
-    if verb == "rollout":  # only these rollout subcommands write (status/history only read)
-        verb = "rollout" if rest[j + 1:j + 2] in (["restart"], ["undo"], ["pause"], ["resume"]) else ""
+    if verb == "rollout":
+        # kubectl 1.36's rollout restart/pause/resume have no --dry-run: they run for real, on the
+        # stand-in Deployments the test made (no controller acts on them); undo has one
+        verb = "rollout" if rest[j + 1:j + 2] == ["undo"] else ""
     return cmd + " --dry-run=server" if verb in WRITES else cmd
 
 
+def stand_ins(kube: Kube, ns: str, job: str) -> None:
+    """What the printed commands read besides the lock: the object's Job; in captf-system the
+    exporter's Deployments (chart and CAPTF's manager) and CAPTF's PrometheusRule captf-alerts
+    (through a stand-in CRD: no prometheus-operator here), with CAPTFForceUnlocks at rules/4 as the
+    README's JSON patch tests for."""
+    kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", json={
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job, "labels": {"captf.infrastructure.cluster.x-k8s.io/owner-name": "web"}},
+        "spec": {"activeDeadlineSeconds": 3600, "suspend": True, "template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "runner", "image": "runtime:test"}]}}}})
+    for name, labels, container in [
+            (RELEASE, {"app.kubernetes.io/name": RELEASE}, "exporter"),
+            ("captf-controller-manager", {"control-plane": "controller-manager",
+                                          "cluster.x-k8s.io/provider": "infrastructure-terraform"}, "lock-exporter")]:
+        kube.request("POST", f"/apis/apps/v1/namespaces/{RELEASE_NS}/deployments", ok=(201, 409), json={
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": labels},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": container, "image": "exporter:test"}]}}}})
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "prometheusrules.monitoring.coreos.com"},
+           "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                    "names": {"plural": "prometheusrules", "singular": "prometheusrule",
+                              "kind": "PrometheusRule", "listKind": "PrometheusRuleList"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    import tempfile
+    import yaml
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        yaml.safe_dump(crd, f)
+        f.flush()
+        kube.apply_crds([Path(f.name)])
+    rules = [{"alert": a, "expr": "vector(1)"} for a in
+             ("CAPTFJobFailed", "CAPTFDrift", "CAPTFStateUnreadable", "CAPTFApprovalPending", "CAPTFForceUnlocks")]
+    kube.request("POST", f"/apis/monitoring.coreos.com/v1/namespaces/{RELEASE_NS}/prometheusrules", ok=(201, 409),
+                 json={"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+                       "metadata": {"name": "captf-alerts"}, "spec": {"groups": [{"name": "captf", "rules": rules}]}})
+
+
 def test_every_printed_kubectl_command_runs(cp: ControlPlane, kube: Kube, ns: str, binaries: dict[str, Path],
-                                           tmp_path: Path) -> None:
+                                           install, tmp_path: Path) -> None:
     name = "web"
     holder_pod = runner_pod_name(M, name)
     suffix = state_suffix(ns, M, name)
@@ -170,6 +211,7 @@ def test_every_printed_kubectl_command_runs(cp: ControlPlane, kube: Kube, ns: st
     kube.request("POST", f"/apis/infrastructure.cluster.x-k8s.io/v1alpha1/namespaces/{ns}/terraformplans",
                  json={"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformPlan",
                        "metadata": {"name": "edge-7f3a9"}, "spec": {}}, ok=(201, 422))
+    stand_ins(kube, ns, holder_pod.rsplit("-", 1)[0])
     admin = cp.kubeconfig(tmp_path / "admin", cp.admin_token, namespace=ns)
     shell = Shell.make(tmp_path / "sh", admin.read_text(), {"kubectl": binaries["kubectl"]})
     env = {"NS": ns, "KIND": M, "NAME": name, "LEASE": lease, "SUFFIX": suffix, "HID": hid,
@@ -189,7 +231,7 @@ def test_every_printed_kubectl_command_runs(cp: ControlPlane, kube: Kube, ns: st
             cmd = cmd.replace(k, v)
         assert "<" not in re.sub(r"<<'?EOF'?", "", cmd) or "2>" in cmd, f"{p.where}: unfilled placeholder in {cmd!r}"
         cmd = with_dry_run(cmd)
-        endless = " -w" in f" {cmd} " or "port-forward" in cmd or "--watch" in cmd
+        endless = any(w in f" {cmd} " for w in (" -w ", " port-forward ", " --watch ", " rollout status "))
         script = f"set -o pipefail\n{'timeout 5 ' if endless else ''}{cmd}"
         r = shell.run(script, env=env, timeout=60)
         ran += 1
@@ -198,7 +240,7 @@ def test_every_printed_kubectl_command_runs(cp: ControlPlane, kube: Kube, ns: st
             failures.append(f"{p.where}: {p.command}\n    ran: {cmd}\n    -> {r.returncode}: {out[:400]}")
         elif r.returncode == 0 or (endless and r.returncode == 124):
             continue
-        elif not any(re.search(a, out, re.M) for a in SERVER_ANSWERS):
+        elif not any(re.search(a, out, re.M | re.I) for a in SERVER_ANSWERS):
             failures.append(f"{p.where}: {p.command}\n    ran: {cmd}\n    -> {r.returncode}: {out[:400]}")
     REPORT["printed_commands_run"] = ran
     assert not failures, f"{len(failures)} of {ran} printed commands kubectl cannot run:\n" + "\n".join(failures)
