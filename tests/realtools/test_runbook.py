@@ -221,7 +221,7 @@ def test_runner_lock_live_stale_and_released(tool: str, ns: str, kube: Kube, onc
     live_checks = {"-o yaml": lambda o: f"holderIdentity: {info['ID']}" in o and LOCK_INFO_ANNOTATION in o,
                    "--field-selector": lambda o: p in o and "Running" in o,
                    "jsonpath": lambda o: o.strip() == info["ID"]}
-    run_inspections(oncall, printed_commands(text), dict(live_checks, explain=lambda o: True), tool, "own_live")
+    run_inspections(oncall, printed_commands(text), live_checks, tool, "own_live")
     run_inspections(oncall, page_commands(page(exp, ns)),
                     dict(live_checks, explain=lambda o: "own_live lock" in o), tool, "own_live")
 
@@ -236,7 +236,7 @@ def test_runner_lock_live_stale_and_released(tool: str, ns: str, kube: Kube, onc
     stale_checks = {"-o yaml": live_checks["-o yaml"], "jsonpath": live_checks["jsonpath"],
                     "--field-selector": lambda o: p in o and "Failed" in o,
                     "reconcile-nudge": lambda o: "annotated" in o}
-    run_inspections(oncall, printed_commands(text), dict(stale_checks, explain=lambda o: True), tool, "own_stale")
+    run_inspections(oncall, printed_commands(text), stale_checks, tool, "own_stale")
     obj = kube.get_obj("terraformmachines", ns, NAME)
     assert "captf-lock-exporter/reconcile-nudge" in obj["metadata"].get("annotations", {}), obj["metadata"]
     run_inspections(oncall, page_commands(page(exp, ns)),
@@ -248,7 +248,7 @@ def test_runner_lock_live_stale_and_released(tool: str, ns: str, kube: Kube, onc
     text = explain(oncall, ns)
     assert "own_stale lock" in text and "not found (live read): gone" in text, text
     gone_checks = dict(stale_checks, **{"--field-selector": lambda o: "No resources found" in o})
-    run_inspections(oncall, printed_commands(text), dict(gone_checks, explain=lambda o: True), tool, "own_stale")
+    run_inspections(oncall, printed_commands(text), gone_checks, tool, "own_stale")
     assert wait_class(exp, ns, "own_stale")
 
     # released by the runbook's manual force-unlock (CAPTFStateLockStale, step 2 -> ForeignOverdue,
@@ -299,7 +299,7 @@ def test_workstation_lock_foreign_overdue_and_released(tool: str, ns: str, kube:
     foreign_checks = {"-o yaml": lambda o: f"holderIdentity: {info['ID']}" in o,
                       "jsonpath": lambda o: o.strip() == info["ID"]}
     cmds = [c for c in printed_commands(text) if "force-unlock" not in c]
-    run_inspections(oncall, cmds, dict(foreign_checks, explain=lambda o: True), tool, "foreign")
+    run_inspections(oncall, cmds, foreign_checks, tool, "foreign")
 
     # past lockTimeoutSeconds: overdue
     wait_metric(exp, lambda m: m.get("captf_state_lock_overdue", namespace=ns, kind=M, name=NAME) == 1,
