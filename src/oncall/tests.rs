@@ -786,7 +786,7 @@ fn a_refused_guarded_patch_is_explained() {
     fix_text(&r, None, &mut out);
     assert!(
         out.contains(
-            "kubectl printing \"The request is invalid\" (HTTP 422) means the test failed"
+            "kubectl printing \"The request is invalid: the server rejected our request due to an error\n     in our request\" (HTTP 422) means the test failed"
         ),
         "{out}"
     );
