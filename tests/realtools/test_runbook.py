@@ -345,6 +345,12 @@ def test_unparseable_lock_info_guarded_patch(tool: str, ns: str, kube: Kube, onc
     release = [c for c in printed_commands(text) if c.startswith("kubectl patch lease")]
     assert len(release) == 1, text
     release = release[0]
+    # the lock page prints the same release, and its inspections run too
+    cmds = page_commands(page(exp, ns))
+    assert release in cmds, cmds
+    run_inspections(oncall, [c for c in cmds if c != release],
+                    {"-o yaml": lambda o: f"holderIdentity: {hid}" in o, "jsonpath": lambda o: o.strip() == hid,
+                     "explain": lambda o: "unknown lock" in o}, tool, "unknown")
 
     # force-unlock cannot release it, with the right ID, as the README says: its block, as printed
     block = readme_block('"$TF" force-unlock -force "$HID"').replace("TF=tofu   #", f"TF={tool}   #", 1)
