@@ -710,7 +710,7 @@ impl LockReport {
         #[allow(clippy::cast_precision_loss)]
         let t = self.lock_timeout.seconds as f64;
         (self.age_known && matches!(self.class, HolderClass::Foreign | HolderClass::Unknown))
-            .then(|| t - self.age_seconds)
+            .then_some(t - self.age_seconds)
             .filter(|s| *s >= 0.0)
     }
 }
