@@ -21,7 +21,6 @@ import datetime as dt
 import getpass
 import json
 import re
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -33,7 +32,7 @@ from pykit.builders import LOCK_INFO_ANNOTATION, pod, runner_pod_name, state_suf
 from pykit.controlplane import ROOT, Kube
 from pykit.exporter import Exporter, wait_metric
 from pykit.net import wait_for
-from pykit.realtools import IacTool, manual_unlock_script, page_commands, printed_commands
+from pykit.realtools import manual_unlock_script, page_commands, printed_commands
 
 M = "TerraformMachine"
 NAME = "web"
