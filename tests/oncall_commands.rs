@@ -106,7 +106,7 @@ async fn explain_foreign_prints_the_filled_in_force_unlock() {
     for want in [
         "TerraformMachine ns1/web: foreign lock, OVERDUE".to_string(),
         format!("kubectl get lease -n ns1 {lease} -o yaml"),
-        "kubectl get pod -n ns1 laptop".into(),
+        "the host laptop is not a CAPTF runner pod (a\n     workstation or another machine, user alice)".into(),
         "Own runner pod: no: the host is not the name of a Job pod".into(),
         "lockTimeoutSeconds:    300 (from built-in (no spec sets it))".into(),
         "cannot read Secret captf-applied-m-web: 403 forbidden".into(),
@@ -292,7 +292,8 @@ async fn explain_force_unlocks_with_holder_identity_when_lock_info_id_differs() 
         "lock-info's ID (id-moved) is not spec.holderIdentity (hid-moved)",
         "does not match existing lock",
         "\"$IMAGE\" force-unlock -force hid-moved",
-        "terraform force-unlock -force hid-moved",
+        "\"$TF\" force-unlock -force hid-moved",
+        "TF=tofu",
         "-backend-config=config_path=\"$HOME/.kube/config\"",
     ] {
         assert!(out.contains(want), "missing {want:?} in\n{out}");

@@ -146,7 +146,15 @@ fn the_unknown_lock_path_uses_holder_identity_and_releases_malformed_lock_info()
         !foreign.contains("force-unlock <lock_id>"),
         "lock-info's ID does not unlock: Unlock compares spec.holderIdentity"
     );
-    assert!(foreign.contains(r#"terraform force-unlock -force "$HID""#));
+    assert!(foreign.contains(r#""$TF" force-unlock -force "$HID""#));
+    assert!(
+        foreign.contains("TF=tofu   # or TF=terraform"),
+        "the manual force-unlock names both tools"
+    );
+    assert!(
+        foreign.contains("The request is invalid"),
+        "the runbook says what kubectl prints when the guarded patch's test fails"
+    );
     for want in [
         r#"{op: "test",   path: "/spec/holderIdentity", value: $hid}"#,
         r#"{op: "remove", path: "/spec/holderIdentity"}"#,
@@ -169,7 +177,7 @@ fn the_manual_force_unlock_shows_the_backend_block_init_needs() {
     );
     for want in [
         r#"'{"terraform": {"backend": {"kubernetes": {}}}}' > main.tf.json"#,
-        "terraform init -input=false",
+        r#""$TF" init -input=false"#,
         r#"-backend-config="secret_suffix=$SUFFIX""#,
         r#"-backend-config="namespace=$NS""#,
         r#"-backend-config="labels=$LABELS""#,
@@ -278,4 +286,32 @@ fn the_reconcile_nudge_is_an_exact_command() {
         );
     }
     assert!(subsection(&runbook, "CAPTFStateLockStale").contains("This is safe"));
+}
+
+/// "Before you begin" prints the on-call Role the realtools stage applies
+/// as written: it must cover what the printed fixes do (update and patch
+/// the Lease, read the state Secrets for force-unlock's init, patch the
+/// object for the nudge, watch pods for the follow command) and create
+/// nothing.
+#[test]
+fn before_you_begin_prints_the_oncall_role() {
+    let runbook = section(&read("README.md"), "Runbook");
+    let begin = subsection(&runbook, "Before you begin");
+    let start = begin
+        .find("**What you need: the on-call Role.**")
+        .expect("Before you begin names the on-call Role");
+    let yaml = &begin[start..];
+    let yaml = &yaml[yaml.find("```yaml\n").expect("a yaml block") + 8..];
+    let yaml = &yaml[..yaml.find("```").expect("the block ends")];
+    for want in [
+        "kind: Role",
+        "resources: [leases]\n    verbs: [get, list, update, patch]",
+        "resources: [pods, events]\n    verbs: [get, list, watch]",
+        "resources: [secrets]\n    verbs: [get, list]",
+        "resources: [terraformclusters, terraformmachines, terraformmachinepools]\n    verbs: [get, list, patch]",
+    ] {
+        assert!(yaml.contains(want), "the on-call Role lacks {want:?}:\n{yaml}");
+    }
+    assert!(!yaml.contains("create"), "the on-call Role creates nothing");
+    assert!(!yaml.contains('*'), "no wildcard in the on-call Role");
 }

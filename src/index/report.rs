@@ -121,6 +121,7 @@ impl Index {
             pod,
             force_unlock_events_present: None,
             captf: self.captf_view(key),
+            one_shot: false,
         })
     }
 }

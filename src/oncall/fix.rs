@@ -202,24 +202,36 @@ pub fn fix_text(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
                 r.commands.confirm
             );
         }
-        HolderClass::OwnUnverified => {
-            let cmd = r.commands.pod.clone().unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  The exporter could not read the holder pod. Read it yourself:\n    {cmd}\n  Exists and not Succeeded/Failed: the lock is live, do not unlock. Not found, Succeeded\n  or Failed: CAPTF force-unlocks it with the object's next Job (as own_stale)."
-            );
-        }
+        HolderClass::OwnUnverified => match &r.commands.pod {
+            Some(cmd) => {
+                let _ = writeln!(
+                    out,
+                    "  The exporter could not read the holder pod. Read it yourself:\n    {cmd}\n  Exists and not Succeeded/Failed: the lock is live, do not unlock. No resources found,\n  Succeeded or Failed: CAPTF force-unlocks it with the object's next Job (as own_stale)."
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  The holder's host is no name a pod can be read by (see Pod above): CAPTF's own read of\n  it fails too, so CAPTF never force-unlocks it. Once nothing holds the lock, release it by\n  hand with spec.holderIdentity ({}), as the runbook's CAPTFStateLockForeignOverdue\n  section, step 2, shows.",
+                    shq(&r.holder_identity)
+                );
+            }
+        },
         HolderClass::Foreign | HolderClass::Unknown => foreign_fix(r, inputs, out),
     }
 }
 
 fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
     let ns = shq(&r.namespace);
-    let who = match &r.own {
-        OwnVerdict::NotOwn { .. } if r.host.is_some() => format!(
-            "  1. Make sure nothing still holds it: whoever runs on host {} (a terraform/tofu\n     command still running there owns the lock), or, if the host is a pod:\n       {}\n",
+    let who = match (&r.own, &r.commands.pod) {
+        (OwnVerdict::NotOwn { .. }, Some(pod)) if r.host.is_some() => format!(
+            "  1. Make sure nothing still holds it: the host {} is named like a CAPTF runner pod of\n     another object; while that pod exists and has not finished, its run owns the lock:\n       {pod}\n",
             shq(r.host.as_deref().unwrap_or_default()),
-            r.commands.pod.clone().unwrap_or_default()
+        ),
+        (OwnVerdict::NotOwn { .. }, None) if r.host.is_some() => format!(
+            "  1. Make sure nothing still holds it: the host {} is not a CAPTF runner pod (a\n     workstation or another machine, user {}); a terraform/tofu command still running there\n     owns the lock. Ask that person, with the Operation and Created above.\n",
+            shq(r.host.as_deref().unwrap_or_default()),
+            shq(r.info.as_ref().map_or("", |i| who_user(&i.who)))
         ),
         _ => "  1. Make sure nothing still holds it: the holder is unknown (no readable Who), so confirm\n     with the people and pipelines that use this object's state that none is running.\n".into(),
     };
@@ -231,7 +243,7 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
     if let (Some(release), Some(err)) = (&r.commands.release, &r.info_error) {
         let _ = writeln!(
             out,
-            "  2. lock-info is present but does not parse ({err}). Terraform's and OpenTofu's\n     Unlock parse lock-info before they compare the ID, so force-unlock fails with any ID\n     (\"Failed to unlock state: ...\"). Release the lock as Unlock would (clear\n     spec.holderIdentity and the lock-info annotation) in one request, which the API\n     server refuses unless spec.holderIdentity is still {} (needs patch on leases in {ns}):\n    {release}\n  3. Confirm the lock is clear (empty output):\n    {}",
+            "  2. lock-info is present but does not parse ({err}). Terraform's and OpenTofu's\n     Unlock parse lock-info before they compare the ID, so force-unlock fails with any ID\n     (\"Failed to unlock state: ...\"). Release the lock as Unlock would (clear\n     spec.holderIdentity and the lock-info annotation) in one request, which the API\n     server refuses unless spec.holderIdentity is still {} (needs patch on leases in {ns}):\n    {release}\n     kubectl printing \"The request is invalid: the server rejected our request due to an error\n     in our request\" (HTTP 422) means the test failed: the holder changed since it was read\n     (the API server drops the reason). Nothing was changed; read the lock again and start over.\n  3. Confirm the lock is clear (empty output):\n    {}",
             shq(&r.holder_identity),
             r.commands.confirm
         );
@@ -286,9 +298,15 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
     );
     let _ = writeln!(
         out,
-        "     in_cluster_config=true uses the credentials of the pod it runs in: run it from a pod of\n     the management cluster that may get and update Leases and Secrets in {ns}. From a\n     workstation, mount a kubeconfig instead: add -v \"$HOME/.kube/config:/kube/config:ro\" and\n     use -backend-config=in_cluster_config=false -backend-config=config_path=/kube/config.\n     Or, with terraform or tofu installed (the lock-info Version), in the same root:\n    (cd root && terraform init -input=false \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=\"labels=$LABELS\" -backend-config=config_path=\"$HOME/.kube/config\" \\\n      && terraform force-unlock -force {hid})\n  3. Confirm the lock is clear (empty output):\n    {}",
+        "     in_cluster_config=true uses the credentials of the pod it runs in: run it from a pod of\n     the management cluster that may get and update Leases and Secrets in {ns}. From a\n     workstation, mount a kubeconfig instead: add -v \"$HOME/.kube/config:/kube/config:ro\" and\n     use -backend-config=in_cluster_config=false -backend-config=config_path=/kube/config.\n     Or, with OpenTofu or Terraform installed, in the same root (TF=tofu or TF=terraform):\n    TF=tofu\n    (cd root && \"$TF\" init -input=false \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=\"labels=$LABELS\" -backend-config=config_path=\"$HOME/.kube/config\" \\\n      && \"$TF\" force-unlock -force {hid})\n     Either tool releases a lock the other took: both kubernetes backends keep the lock the\n     same way in this Lease. lock-info cannot tell them apart (Version {} is an OpenTofu or a\n     Terraform release number); use the one you have.\n  3. Confirm the lock is clear (empty output):\n    {}",
+        shq(r.info.as_ref().map_or("?", |i| i.version.as_str())),
         r.commands.confirm
     );
+}
+
+/// The user part of `Who` (`<user>@<host>`): everything before the last `@`.
+fn who_user(who: &str) -> &str {
+    who.rsplit_once('@').map_or("", |(user, _)| user)
 }
 
 /// What a lock-info `ID` that is not `spec.holderIdentity` means. The

@@ -77,6 +77,7 @@ pub fn reports_of(
         .held_lock_facts(filter)
         .into_iter()
         .map(|mut f| {
+            f.one_shot = true;
             f.force_unlock_events_present = Some(
                 snap.events_present
                     .get(&ObjectRef::new(&f.namespace, f.kind_label, &f.name))
@@ -189,6 +190,7 @@ pub async fn explain(
         ));
         return EXIT_ATTENTION;
     };
+    facts.one_shot = true;
     facts.force_unlock_events_present = Some(
         snap.events_present
             .get(&ObjectRef::new(namespace, kind.as_str(), &name))

@@ -73,6 +73,11 @@ pub struct LockFacts {
     pub force_unlock_events_present: Option<u64>,
     /// What CAPTF's status says of the object.
     pub captf: CaptfView,
+    /// Read once by a one-shot command (`locks`, `explain`), not kept up to
+    /// date by a watch: nothing was observed over time, so an age that
+    /// would come from observation is unknown, and a pod listed finished
+    /// was just read (not a cached copy).
+    pub one_shot: bool,
 }
 
 /// Why a holder is not one of the object's own runner pods.
@@ -188,7 +193,10 @@ pub struct InfoFields {
 pub struct Commands {
     /// Inspect the Lease.
     pub lease: String,
-    /// Inspect the holder pod (when Who names a host).
+    /// Inspect the holder pod: only when the host is named like a CAPTF
+    /// runner pod (of this object or another) and is a valid pod name. A
+    /// list by name, so it exits 0 and says `No resources found` when the
+    /// pod is gone. None for a workstation host.
     pub pod: Option<String>,
     /// Reads `spec.holderIdentity`, the ID Terraform's and OpenTofu's
     /// `Unlock` compares; empty output once the lock is clear.
@@ -263,10 +271,14 @@ pub struct LockReport {
     pub lock_timeout: Sourced,
     /// Effective activeDeadlineSeconds.
     pub active_deadline: Sourced,
-    /// Age in seconds.
+    /// Age in seconds (0 when not known).
     pub age_seconds: f64,
     /// `lock_info` or `observed`.
     pub age_source: &'static str,
+    /// False when a one-shot command would have to observe the age (no
+    /// usable `Created`): it has observed nothing, so the age and whether
+    /// the lock is overdue are unknown.
+    pub age_known: bool,
     /// Foreign or unknown and past lockTimeoutSeconds.
     pub overdue: bool,
     /// The class.
@@ -478,7 +490,7 @@ pub fn own_verdict(lease: &LockLease, owner: Option<(Kind, &str)>) -> OwnVerdict
     }
 }
 
-fn pod_report(p: &PodFacts) -> PodReport {
+fn pod_report(p: &PodFacts, one_shot: bool) -> PodReport {
     let read = p.last_read.map(|(r, _)| r);
     let state = match check_pod_name(&p.name) {
         PodName::Valid => None,
@@ -497,7 +509,13 @@ fn pod_report(p: &PodFacts) -> PodReport {
         (_, Some(PodRead::Finished)) => "Succeeded or Failed (live read): finished".into(),
         (_, Some(PodRead::Gone)) => "not found (live read): gone".into(),
         (_, Some(PodRead::Failed)) => "could not be read (RBAC or API error): not verified".into(),
-        (Some(_), None) => "finished in the watch cache; live read pending".into(),
+        // A finished pod never runs again: its lock is stale without a live
+        // read (docs/contract.md, section 3), so none is pending.
+        (Some(_), None) if one_shot => "Succeeded or Failed (listed just now): finished".into(),
+        (Some(_), None) => {
+            "Succeeded or Failed (watch cache): finished; no live read needed, a finished pod never runs again".into()
+        }
+        (None, None) if one_shot => "not in the pod list and not read".into(),
         (None, None) => "not in the watch cache; live read pending".into(),
     });
     PodReport {
@@ -534,6 +552,32 @@ fn sourced(seconds: i64, source: Source) -> Sourced {
     }
 }
 
+/// Whether the host is named like a CAPTF runner pod (this object's or
+/// another's) and can be a pod's name: only then is a pod command printed.
+/// Any other host is a workstation or a machine outside the cluster, where
+/// `kubectl get pod` can only fail.
+pub fn pod_named(own: &OwnVerdict, host: &str) -> bool {
+    let runner = matches!(
+        own,
+        OwnVerdict::Own { .. }
+            | OwnVerdict::NotOwn {
+                why: NotOwn::OtherObjectsPod { .. }
+            }
+    );
+    runner && check_pod_name(host) == PodName::Valid
+}
+
+/// Lists the pod by name: exits 0 whether it exists (a row with its
+/// status: `Running`, `Failed`, `Terminating`, ...) or not (`No resources
+/// found`), unlike `kubectl get pod <name>`, which exits 1 for a gone pod.
+pub fn pod_command(namespace: &str, pod: &str) -> String {
+    format!(
+        "kubectl get pods -n {} --field-selector {} -o wide",
+        shq(namespace),
+        shq(&format!("metadata.name={pod}"))
+    )
+}
+
 /// The kind as kubectl takes it (lowercase singular).
 pub fn kubectl_kind(kind: &str) -> String {
     if kind.is_empty() {
@@ -555,9 +599,12 @@ impl LockReport {
         let (age, age_source) = lease
             .age(now, f.first_seen_held, Some(f.class))
             .map_or((0.0, "observed"), |(a, s)| (a, s.as_str()));
+        // A one-shot command saw the lock once: an observed age would be 0.
+        let age_known = !(f.one_shot && age_source == "observed");
+        let age = if age_known { age } else { 0.0 };
         let eff = f.resolved.effective;
         let src = f.resolved.sources;
-        let overdue = is_overdue(f.class, age, eff.lock_timeout_seconds);
+        let overdue = age_known && is_overdue(f.class, age, eff.lock_timeout_seconds);
         let ns = &f.namespace;
         let lease_name = lease.lease_name();
         let host = lease
@@ -573,7 +620,8 @@ impl LockReport {
             ),
             pod: host
                 .as_ref()
-                .map(|h| format!("kubectl get pod -n {} {}", shq(ns), shq(h))),
+                .filter(|h| pod_named(&own, h))
+                .map(|h| pod_command(ns, h)),
             confirm: format!(
                 "kubectl get lease -n {} {} -o jsonpath='{{.spec.holderIdentity}}'",
                 shq(ns),
@@ -638,11 +686,12 @@ impl LockReport {
             info_error: lease.info_error.as_ref().map(ToString::to_string),
             host,
             own,
-            pod: f.pod.as_ref().map(pod_report),
+            pod: f.pod.as_ref().map(|p| pod_report(p, f.one_shot)),
             lock_timeout: sourced(eff.lock_timeout_seconds, src.lock_timeout_seconds),
             active_deadline: sourced(eff.active_deadline_seconds, src.active_deadline_seconds),
             age_seconds: age,
             age_source,
+            age_known,
             overdue,
             class: f.class,
             urgency: urgency(f.class, overdue),
@@ -660,8 +709,8 @@ impl LockReport {
     pub fn overdue_in(&self) -> Option<f64> {
         #[allow(clippy::cast_precision_loss)]
         let t = self.lock_timeout.seconds as f64;
-        matches!(self.class, HolderClass::Foreign | HolderClass::Unknown)
-            .then(|| t - self.age_seconds)
+        (self.age_known && matches!(self.class, HolderClass::Foreign | HolderClass::Unknown))
+            .then_some(t - self.age_seconds)
             .filter(|s| *s >= 0.0)
     }
 }

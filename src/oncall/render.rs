@@ -93,7 +93,11 @@ pub fn locks_output(reports: &[LockReport], output: Output) -> String {
             r.class.to_string(),
             cut(&holder_of(r), if wide { 128 } else { HOLDER_WIDTH }),
             cut(&operation_of(r), 24),
-            human_duration(r.age_seconds),
+            if r.age_known {
+                human_duration(r.age_seconds)
+            } else {
+                "?".into()
+            },
             format!("{}s", r.lock_timeout.seconds),
             if r.overdue { "yes".into() } else { "no".into() },
             next_short(r).to_string(),
@@ -222,17 +226,27 @@ pub fn evidence_text(r: &LockReport) -> String {
     );
     let overdue = if r.overdue {
         "yes: older than lockTimeoutSeconds, the object's Jobs fail".to_string()
+    } else if !r.age_known {
+        "unknown (no age; the exporter's CAPTFStateLockForeignOverdue counts from when it first saw the lock)".into()
     } else if let Some(left) = r.overdue_in() {
         format!("no; becomes overdue in {}", human_duration(left))
     } else {
         "no (only foreign and unknown locks can be)".into()
     };
-    let _ = writeln!(
-        o,
-        "  Age:           {} (from {})",
-        human_duration(r.age_seconds),
-        r.age_source
-    );
+    if r.age_known {
+        let _ = writeln!(
+            o,
+            "  Age:           {} (from {})",
+            human_duration(r.age_seconds),
+            r.age_source
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "  Age:           unknown (lock-info has no usable Created, and this command read the
+                 lock once: it has observed nothing; the exporter's page shows how long it saw it held)"
+        );
+    }
     let _ = writeln!(o, "  Overdue:       {overdue}");
     let history = match (r.force_unlock_events_present, r.last_force_unlock) {
         (Some(n), Some(t)) => format!("{n} ForceUnlocked Event(s) present, last at {}", at(t)),
@@ -249,7 +263,10 @@ pub fn evidence_text(r: &LockReport) -> String {
     captf_text(&r.captf, &mut o);
     let _ = writeln!(o, "\nInspect:\n  {}", r.commands.lease);
     if let Some(p) = &r.commands.pod {
-        let _ = writeln!(o, "  {p}");
+        let _ = writeln!(
+            o,
+            "  {p}\n  (the holder pod: a row with its STATUS, or \"No resources found\" once it is gone)"
+        );
     }
     let _ = writeln!(
         o,

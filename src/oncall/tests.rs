@@ -66,6 +66,7 @@ fn facts(
         force_unlocks: ForceUnlocks::default(),
         force_unlock_events_present: None,
         captf: Default::default(),
+        one_shot: false,
     }
 }
 
@@ -92,10 +93,8 @@ fn exact_commands() {
         r.commands.lease,
         format!("kubectl get lease -n team-a {LEASE} -o yaml")
     );
-    assert_eq!(
-        r.commands.pod.as_deref(),
-        Some("kubectl get pod -n team-a laptop")
-    );
+    // A workstation host is no pod: no pod command (kubectl get pod would exit 1).
+    assert_eq!(r.commands.pod, None);
     assert_eq!(
         r.commands.confirm,
         format!("kubectl get lease -n team-a {LEASE} -o jsonpath='{{.spec.holderIdentity}}'")
@@ -430,9 +429,25 @@ fn hostile_values_are_quoted_in_commands() {
         now,
     );
     assert_eq!(
-        r.commands.pod.as_deref(),
-        Some("kubectl get pod -n team-a '$(touch /tmp/p)'")
+        r.commands.pod, None,
+        "not a runner pod name: no pod command"
     );
+    // A hostile value in a pod-named host is quoted too (and an invalid pod
+    // name gets no command at all).
+    let r = LockReport::build(
+        &facts(
+            HolderClass::OwnUnverified,
+            Some("@captf-m-web-apply-a1-abc$(x)-x7k2p"),
+            10,
+            None,
+            now,
+        ),
+        now,
+    );
+    assert_eq!(r.commands.pod, None);
+    let mut out = String::new();
+    fix_text(&r, None, &mut out);
+    assert!(out.contains("no name a pod can be read by"), "{out}");
 }
 
 fn captf_status(status: &str, reason: &str, message: &str, active_job: bool) -> CaptfView {
@@ -616,5 +631,167 @@ fn the_lock_page_says_force_unlock_takes_holder_identity() {
         out.contains("force-unlock -force hid-2")
             && !out.contains("force-unlock -force 3442fe8d-2b45"),
         "{out}"
+    );
+}
+
+fn malformed_facts(now: SystemTime) -> LockFacts {
+    let mut f = facts(HolderClass::Unknown, None, 60, None, now);
+    f.lease = LockLease::new(
+        NS.into(),
+        state_suffix(NS, Kind::TerraformMachine, "web"),
+        Some("TerraformMachine"),
+        Some("web".into()),
+        "hid-9".into(),
+        parse_lock_info(r#"{"ID":"x","Who":"#).map(Some),
+    );
+    f
+}
+
+#[test]
+fn one_shot_explain_of_an_unparseable_lock_says_the_age_is_unknown() {
+    let now = SystemTime::now();
+    let mut f = malformed_facts(now);
+    // What the exporter's index says after watching it for 10 minutes.
+    f.first_seen_held = Some(now - Duration::from_secs(600));
+    let watched = LockReport::build(&f, now);
+    assert!(watched.age_known && watched.overdue, "{watched:?}");
+    // What a one-shot command sees: first seen "now", nothing observed.
+    f.first_seen_held = Some(now);
+    f.one_shot = true;
+    let r = LockReport::build(&f, now);
+    assert!(
+        !r.age_known && !r.overdue && r.overdue_in().is_none(),
+        "{r:?}"
+    );
+    let text = render::evidence_text(&r);
+    assert!(
+        text.contains("Age:           unknown (lock-info has no usable Created"),
+        "{text}"
+    );
+    assert!(text.contains("Overdue:       unknown"), "{text}");
+    for never in ["(from observed)", "becomes overdue in", "Age:           0s"] {
+        assert!(!text.contains(never), "one-shot says {never:?}:\n{text}");
+    }
+    let table = render::locks_output(std::slice::from_ref(&r), render::Output::Table);
+    let row = table.lines().nth(1).unwrap_or_default();
+    assert!(row.contains(" ? "), "{table}");
+    // With a Created the age is known one-shot too.
+    let mut f = facts(HolderClass::Foreign, Some("alice@laptop"), 900, None, now);
+    f.one_shot = true;
+    let r = LockReport::build(&f, now);
+    assert!(r.age_known && r.overdue && r.age_source == "lock_info");
+}
+
+#[test]
+fn a_finished_pod_is_never_said_to_wait_for_a_live_read() {
+    let now = SystemTime::now();
+    let mut f = stale_facts(now);
+    f.pod = Some(PodFacts {
+        name: POD.into(),
+        cached: Some(PodState { finished: true }),
+        last_read: None,
+    });
+    let r = LockReport::build(&f, now);
+    let state = &r.pod.as_ref().expect("pod").state;
+    assert!(!state.contains("pending"), "{state}");
+    assert!(
+        state.contains("watch cache") && state.contains("finished"),
+        "{state}"
+    );
+    f.one_shot = true;
+    let r = LockReport::build(&f, now);
+    let text = render::evidence_text(&r);
+    assert!(
+        text.contains("Succeeded or Failed (listed just now): finished"),
+        "{text}"
+    );
+    assert!(!text.contains("pending"), "{text}");
+}
+
+#[test]
+fn pod_commands_only_for_runner_named_hosts_and_they_exit_zero_when_gone() {
+    let now = SystemTime::now();
+    let own = LockReport::build(&stale_facts(now), now);
+    assert_eq!(
+        own.commands.pod.as_deref(),
+        Some(
+            format!("kubectl get pods -n team-a --field-selector metadata.name={POD} -o wide")
+                .as_str()
+        )
+    );
+    let other = "captf-m-db-apply-a1-abc123-x7k2p";
+    let r = LockReport::build(
+        &facts(
+            HolderClass::Foreign,
+            Some(&format!("@{other}")),
+            10,
+            None,
+            now,
+        ),
+        now,
+    );
+    assert!(
+        r.commands
+            .pod
+            .as_deref()
+            .is_some_and(|c| c.ends_with(&format!("metadata.name={other} -o wide"))),
+        "{:?}",
+        r.commands.pod
+    );
+    let mut out = String::new();
+    fix_text(&r, None, &mut out);
+    assert!(
+        out.contains("named like a CAPTF runner pod of\n     another object"),
+        "{out}"
+    );
+    let ws = LockReport::build(
+        &facts(HolderClass::Foreign, Some("alice@laptop"), 10, None, now),
+        now,
+    );
+    assert_eq!(ws.commands.pod, None);
+    let mut out = String::new();
+    fix_text(&ws, None, &mut out);
+    assert!(!out.contains("kubectl get pod"), "{out}");
+    assert!(
+        out.contains("the host laptop is not a CAPTF runner pod"),
+        "{out}"
+    );
+    assert!(!crate::pages::evidence_html(&ws).contains("kubectl get pod"));
+}
+
+#[test]
+fn the_manual_force_unlock_names_opentofu_and_terraform() {
+    let now = SystemTime::now();
+    let r = LockReport::build(
+        &facts(HolderClass::Foreign, Some("alice@laptop"), 10, None, now),
+        now,
+    );
+    let mut out = String::new();
+    fix_text(&r, None, &mut out);
+    assert!(out.contains("TF=tofu\n"), "{out}");
+    assert!(out.contains("\"$TF\" init -input=false"), "{out}");
+    assert!(
+        out.contains("&& \"$TF\" force-unlock -force 3442fe8d-2b45)"),
+        "{out}"
+    );
+    assert!(out.contains("(Version 1.9.0 is an OpenTofu or a"), "{out}");
+    assert!(!out.contains("terraform init"), "{out}");
+}
+
+#[test]
+fn a_refused_guarded_patch_is_explained() {
+    let now = SystemTime::now();
+    let r = LockReport::build(&malformed_facts(now), now);
+    let mut out = String::new();
+    fix_text(&r, None, &mut out);
+    assert!(
+        out.contains(
+            "kubectl printing \"The request is invalid: the server rejected our request due to an error\n     in our request\" (HTTP 422) means the test failed"
+        ),
+        "{out}"
+    );
+    assert!(
+        crate::pages::evidence_html(&r).contains("The request is invalid"),
+        "the page says it too"
     );
 }

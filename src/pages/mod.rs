@@ -412,7 +412,7 @@ pub fn evidence_html(r: &LockReport) -> String {
     if let Some(p) = &r.commands.pod {
         let _ = writeln!(
             o,
-            "# inspect the holder pod (when the host is a pod)\n{}",
+            "# the holder pod (named like a CAPTF runner pod): a row with its STATUS, or\n# \"No resources found\" once it is gone\n{}",
             escape(p)
         );
     }
@@ -430,7 +430,7 @@ pub fn evidence_html(r: &LockReport) -> String {
     if let Some(release) = &r.commands.release {
         let _ = writeln!(
             o,
-            "# lock-info does not parse: force-unlock fails with any ID (Unlock parses it first).\n# Once nothing holds the lock, release it as Unlock would; refused if the holder changed:\n{}",
+            "# lock-info does not parse: force-unlock fails with any ID (Unlock parses it first).\n# Once nothing holds the lock, release it as Unlock would; refused if the holder changed\n# (kubectl then prints \"The request is invalid\": the test failed, nothing changed):\n{}",
             escape(release)
         );
     }

@@ -77,12 +77,13 @@ def test_explain_command(kube: KubeEmulator, tmp_path: Path) -> None:
     suffix = state_suffix(NS, M, "web")
     out = res.stdout
     for want in [f"kubectl get lease -n {NS} lock-tfstate-default-{suffix} -o yaml",
-                 f"kubectl get pod -n {NS} laptop",
+                 "the host laptop is not a CAPTF runner pod",
                  f"-backend-config=secret_suffix={suffix} -backend-config=namespace={NS}",
                  "\"$IMAGE\" force-unlock -force lock-web-1",
                  f"kubectl get lease -n {NS} lock-tfstate-default-{suffix} -o jsonpath='{{.spec.holderIdentity}}'",
                  "could not read the pinned image"]:
         assert want in out, f"missing {want!r} in\n{out}"
+    assert "kubectl get pod" not in out, f"a workstation host is no pod:\n{out}"
     res = run_cli(kc, "explain", "terraformmachines/stale", "-n", NS)
     assert res.returncode == 0 and "own_stale lock" in res.stdout and "lock ID" in res.stdout, res.stdout + res.stderr
     assert "captf-lock-exporter/reconcile-nudge=\"$(date +%s)\" --overwrite" in res.stdout, res.stdout

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the real control plane for the `realkube` test stage from Go modules:
 #   kube-apiserver  from tools/kube (k8s.io/kubernetes, version in tools/kube/VERSION)
+#   kubectl         from tools/kube too (same module and version; only when asked for:
+#                   the realtools stage needs it, realkube does not)
 #   etcd            from tools/etcd (go.etcd.io/etcd/server/v3, version in tools/etcd/VERSION)
 # into ${CAPTF_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/captf-lock-exporter/bin}/<name>-<version>.
 # Does nothing for a binary that already exists. Safe to run twice at once:
@@ -9,7 +11,8 @@
 # waits for it. Each build's `/usr/bin/time -v` report is kept next to the
 # binary as <name>-<version>.build.txt.
 #
-# usage: tools/kube/build.sh [all|etcd|kube-apiserver] ; prints the paths built.
+# usage: tools/kube/build.sh [all|etcd|kube-apiserver|kubectl] ; prints the paths built.
+# `all` is etcd and kube-apiserver.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tools="$(dirname "$here")"
@@ -43,7 +46,15 @@ build_one() { # build_one NAME MODULE_DIR PACKAGE LDFLAGS
 
 what="${1:-all}"
 kv=$(cat "$tools/kube/VERSION")
-case "$what" in all|etcd|kube-apiserver) ;; *) echo "usage: $0 [all|etcd|kube-apiserver]" >&2; exit 2 ;; esac
+case "$what" in all|etcd|kube-apiserver|kubectl) ;; *) echo "usage: $0 [all|etcd|kube-apiserver|kubectl]" >&2; exit 2 ;; esac
+kldflags="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  kldflags="$kldflags -X $p.gitVersion=$kv -X $p.gitMajor=1 -X $p.gitMinor=$(echo "$kv" | cut -d. -f2)"
+done
+if [ "$what" = kubectl ]; then
+  build_one kubectl "$tools/kube" k8s.io/kubernetes/cmd/kubectl "$kldflags"
+  exit 0
+fi
 if [ "$what" != kube-apiserver ]; then
   build_one etcd "$tools/etcd" go.etcd.io/etcd/server/v3 "-s -w"
 fi

@@ -17,7 +17,7 @@ mods=$(awk '/^require \(/{r=1;next} r&&/^\)/{r=0} r&&$2=="v0.0.0"{print $1}' "$d
   echo
   echo "require k8s.io/kubernetes ${KUBE_VERSION}"
   echo
-  echo "tool k8s.io/kubernetes/cmd/kube-apiserver"
+  printf 'tool (\n\tk8s.io/kubernetes/cmd/kube-apiserver\n\tk8s.io/kubernetes/cmd/kubectl\n)\n'
   echo
   echo "replace ("
   for m in $mods; do echo "	$m => $m $staging_version"; done
