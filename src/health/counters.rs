@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use super::{ErrorReason, Health, ReadResult};
+use super::{ErrorReason, Health, ReadResult, SyncMode};
 use crate::index::Resource;
 
 impl EncodeLabelValue for Resource {
@@ -22,6 +22,12 @@ impl EncodeLabelValue for Resource {
 }
 
 impl EncodeLabelValue for ErrorReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+impl EncodeLabelValue for SyncMode {
     fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
         encoder.write_str(self.as_str())
     }
@@ -46,6 +52,13 @@ pub(super) struct ErrorLabels {
     pub(super) reason: ErrorReason,
 }
 
+/// `{resource, mode}` of `watch_syncs_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct SyncLabels {
+    pub(super) resource: Resource,
+    pub(super) mode: SyncMode,
+}
+
 /// `{result}` of `pod_reads_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ReadLabels {
@@ -58,6 +71,7 @@ pub(super) struct ReadLabels {
 pub(super) struct Counters {
     pub(super) events: Family<ResourceLabels, Counter>,
     pub(super) errors: Family<ErrorLabels, Counter>,
+    pub(super) syncs: Family<SyncLabels, Counter>,
     pub(super) pod_reads: Family<ReadLabels, Counter>,
 }
 
@@ -126,6 +140,17 @@ impl Health {
                     .flat_map(|&resource| {
                         ErrorReason::ALL.map(|reason| ErrorLabels { resource, reason })
                     })
+                    .collect(),
+            },
+        );
+        registry.register(
+            "captf_lock_exporter_watch_syncs",
+            "Whole syncs (first syncs and relists) per resource and how they were made: one streaming watch-list, or a paged list",
+            InOrder {
+                family: c.syncs.clone(),
+                series: watched
+                    .iter()
+                    .flat_map(|&resource| SyncMode::ALL.map(|mode| SyncLabels { resource, mode }))
                     .collect(),
             },
         );

@@ -2,9 +2,9 @@
 //! scrape; a scrape never waits on a render.
 //!
 //! One task per cache renders beside the scrapes: when the index changes
-//! (after [`DEBOUNCE`], so a burst of changes costs one render), and at
-//! least every [`HEALTH_EVERY`] for watch health and the self-metric
-//! counters. It renders only the formats and encodings scrapes have asked
+//! (after [`DEBOUNCE`], so a burst of changes costs one render), and when
+//! a watch-health value or a self-metric counter moved (at most once a
+//! [`HEALTH_EVERY`] for those alone). It renders only the formats and encodings scrapes have asked
 //! for, and publishes each body whole: a scrape takes the newest published
 //! body, so one that arrives during a render gets the previous complete
 //! one. Only the first scrape of a format and encoding ever waits, for the
@@ -38,8 +38,9 @@ use crate::shared::Shared;
 /// render.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
 
-/// How often watch health and the self-metric counters are rendered anew
-/// at least: the contract's staleness bound for them.
+/// The most a moved health value waits to be rendered, and the least time
+/// between two passes made for health alone: the contract's staleness
+/// bound for watch health and the self-metric counters.
 pub const HEALTH_EVERY: Duration = Duration::from_secs(1);
 
 /// The content coding of a scrape's answer.
@@ -211,6 +212,7 @@ pub struct ScrapeCache {
     bucket_renders: AtomicU64,
     compressions: AtomicU64,
     publications: AtomicU64,
+    passes: AtomicU64,
     /// Tests hold the renderer inside a render with this.
     #[cfg(test)]
     gate: tokio::sync::Semaphore,
@@ -262,6 +264,7 @@ impl ScrapeCache {
             bucket_renders: AtomicU64::new(0),
             compressions: AtomicU64::new(0),
             publications: AtomicU64::new(0),
+            passes: AtomicU64::new(0),
             #[cfg(test)]
             gate: tokio::sync::Semaphore::new(GATE_PERMITS),
             #[cfg(test)]
@@ -298,6 +301,12 @@ impl ScrapeCache {
     /// How many index-part compressions this cache has run.
     pub fn compressions(&self) -> u64 {
         self.compressions.load(Ordering::Relaxed)
+    }
+
+    /// How many passes the renderer has made (each renders the health
+    /// part; an exporter at rest makes none).
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
     }
 
     /// How many bodies this cache has published.
@@ -448,17 +457,28 @@ impl ScrapeCache {
 }
 
 /// The renderer: a pass, then wait for an index change (and the debounce),
-/// a newly wanted pair, or the health tick. Ends when the cache is dropped.
+/// a newly wanted pair, or a health change, at most one pass a
+/// [`HEALTH_EVERY`] for health alone (a stream of events moves a counter
+/// with each). An exporter at rest, whose health does not move, makes no
+/// pass at all; with `--export-lock-age` it makes one every second, since
+/// ages move with the clock. Ends when the cache is dropped.
 async fn run(cache: Weak<ScrapeCache>, shared: Arc<Shared>, wake: Arc<Notify>) {
     let mut changes = shared.subscribe();
+    let mut health = shared.health.subscribe();
+    let ages = cache.upgrade().is_some_and(|c| c.exposition.lock_age);
     let mut tick = tokio::time::interval(HEALTH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut state: [FormatState; 2] = Default::default();
+    let mut last_pass;
     loop {
         {
             let Some(cache) = cache.upgrade() else {
                 return;
             };
+            // What moved before this point is in this pass's health part.
+            health.borrow_and_update();
+            last_pass = tokio::time::Instant::now();
+            cache.passes.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = cache.pass(&mut state).await {
                 // The published bodies stay; the next pass tries again.
                 tracing::error!(error = %e, "rendering the exposition failed");
@@ -473,7 +493,13 @@ async fn run(cache: Weak<ScrapeCache>, shared: Arc<Shared>, wake: Arc<Notify>) {
                 changes.borrow_and_update();
             }
             () = wake.notified() => {}
-            _ = tick.tick() => {}
+            moved = health.changed() => {
+                if moved.is_err() {
+                    return;
+                }
+                tokio::time::sleep_until(last_pass + HEALTH_EVERY).await;
+            }
+            _ = tick.tick(), if ages => {}
         }
     }
 }
@@ -563,9 +589,10 @@ mod tests {
         object(&shared, "a");
         assert!(text(&cache).await.contains("name=\"a\""));
         assert_eq!(cache.renders(), 1);
-        // Nothing changes: health is rendered every second, the index part
-        // never again.
+        // Nothing changes: no pass at all, health included.
+        let passes = cache.passes();
         tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(cache.passes(), passes, "at rest the renderer sleeps");
         text(&cache).await;
         assert_eq!(cache.renders(), 1, "no change, no render");
         // A change shows within the debounce and one render (sooner when
@@ -658,6 +685,29 @@ mod tests {
         })
         .await;
         assert_eq!(cache.renders(), renders, "health is its own part");
+    }
+
+    /// Health that moves all the time (a stream of watch events) costs at
+    /// most one pass a second, and each move shows within a second.
+    #[tokio::test(start_paused = true)]
+    async fn moving_health_costs_at_most_a_pass_a_second() {
+        let (shared, _rx) = Shared::new();
+        let cache = ScrapeCache::new(shared.clone());
+        text(&cache).await;
+        let passes = cache.passes();
+        for n in 1..=100u64 {
+            shared.health.on_pod_read(crate::health::ReadResult::Found);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if n % 10 == 0 {
+                let want = format!("captf_lock_exporter_pod_reads_total{{result=\"found\"}} {n}");
+                wait_body(&cache, HEALTH_EVERY, |t| t.contains(&want)).await;
+            }
+        }
+        let made = cache.passes() - passes;
+        assert!((5..=11).contains(&made), "{made} passes for 10 s of moves");
+        let passes = cache.passes();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(cache.passes(), passes, "none once health stops moving");
     }
 
     /// A scrape that arrives while the renderer is inside a render gets the

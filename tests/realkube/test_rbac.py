@@ -92,7 +92,9 @@ def test_removed_rule_is_reported_and_the_rest_keeps_serving(cp: ControlPlane, k
                                                              start_exporter: Callable[..., Exporter]) -> None:
     inst = install_chart(kube, {"fullnameOverride": "lock-exporter-cut"}, name="cut")
     (role,) = inst.of_kind("ClusterRole")
-    exp = start_exporter(token=inst.token)
+    # watches of 30-60 s: an open watch is not authorized again, so a removed rule shows when the
+    # server ends the watch and the next one is refused (at the default 5-10 min, that long)
+    exp = start_exporter(token=inst.token, extra_args=("--watch-timeout", "30s"))
     kube.create(terraform_object(M, ns, "web"))
     kube.create(lock_lease(ns, M, "web", who="alice@laptop"))
     wait_samples(exp, [E("captf_state_lock_held", 1, namespace=ns, kind=M, name="web")], 30, "before the cut")
