@@ -540,6 +540,73 @@ mod tests {
             .update(|ix, now| ix.apply(ObjectKey::new("ns", lock_lease_name(&suffix)), lease, now));
     }
 
+    /// A fleet like the bench's: `n` TerraformMachines in 100 namespaces, a
+    /// tenth of them held by workstations.
+    fn fleet(shared: &Shared, n: usize) {
+        for i in 0..n {
+            let ns = format!("fleet-{:03}", i % 100);
+            let name = format!("wl-{:05}-m-{:04}", i / 100, i % 100);
+            let obj = TfObject {
+                kind: Kind::TerraformMachine,
+                name: name.clone(),
+                cluster_label: Some(format!("wl-{:05}", i / 100)),
+                jobs: None,
+                cluster: None,
+                captf: Default::default(),
+            };
+            let suffix = state_suffix(&ns, Kind::TerraformMachine, &name);
+            shared.update(|ix, now| ix.apply((obj.kind, ObjectKey::new(&ns, &name)), obj, now));
+            if i % 10 == 0 {
+                let info = format!(
+                    r#"{{"ID":"{:08x}-aaaa-bbbb-cccc-{:012x}","Operation":"OperationTypeApply","Info":"","Who":"user{}@laptop-{}","Version":"1.9.0","Created":"2026-09-26T15:53:38Z","Path":""}}"#,
+                    i * 7919,
+                    i,
+                    i % 50,
+                    i % 20
+                );
+                let lease = LockLease::new(
+                    ns.clone(),
+                    suffix.clone(),
+                    Some("TerraformMachine"),
+                    Some(name.clone()),
+                    format!("{:08x}", i * 7919),
+                    parse_lock_info(&info).map(Some),
+                );
+                shared.update(|ix, now| {
+                    ix.apply(ObjectKey::new(&ns, lock_lease_name(&suffix)), lease, now)
+                });
+            }
+        }
+    }
+
+    /// The gzip body, made of parts compressed apart (so that a change
+    /// compresses one bucket again), is at most 1.2x the same body
+    /// compressed whole at gzip's default level. Prints both sizes.
+    #[tokio::test]
+    async fn the_gzip_body_is_close_to_the_whole_body_compressed_at_once() {
+        let (shared, _rx) = Shared::new();
+        fleet(&shared, 10_000);
+        let cache = ScrapeCache::new(shared.clone());
+        let gz = cache
+            .body(Format::OpenMetrics, AcceptEncoding::Gzip)
+            .await
+            .expect("gzip body");
+        let plain = gunzip(&gz);
+        let mut whole = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut whole, &plain).expect("compress");
+        let whole = whole.finish().expect("compress").len();
+        let served = gz.to_bytes().len();
+        println!(
+            "plain {} B, served gzip {served} B, whole at level 6 {whole} B: {:.2}x",
+            plain.len(),
+            served as f64 / whole as f64
+        );
+        assert!(
+            served as f64 <= whole as f64 * 1.2,
+            "served {served} B against {whole} B compressed whole"
+        );
+    }
+
     /// A gzip body's plain bytes; one member must hold them all.
     fn gunzip(body: &Body) -> Vec<u8> {
         let mut out = Vec::new();
