@@ -303,3 +303,60 @@ async fn a_plain_bookmark_or_an_early_end_falls_back_at_once() {
     assert!(has_lock(&scrape(&shared), "a", "foreign"));
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 1);
 }
+
+/// The silence limit (75 s) applies where the server sends bookmarks or no
+/// ping watches the connection; a quiet watch on a pinged (HTTP/2)
+/// connection that never had a bookmark (kube-apiserver sends none for a
+/// resource nothing writes) is kept until its own timeout: at rest, no
+/// request.
+#[tokio::test(start_paused = true)]
+async fn a_quiet_watch_is_restarted_by_silence_only_where_bookmarks_come_or_no_ping_watches() {
+    let plain_bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+        "metadata": {"resourceVersion": "9"}}});
+    let api = FakeApi::new(move |path, is_watch, _| match (path, is_watch) {
+        (LEASES, false) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 3)], 7)),
+        (PODS, false) => Reply::Json(200, list(vec![], 7)),
+        (LEASES, true) => Reply::Watch(vec![], true),
+        (PODS, true) => Reply::Watch(vec![plain_bookmark.clone()], true),
+        _ => not_served(),
+    });
+    let shared = start(&api);
+    // What the production stack notes from an HTTP/2 answer.
+    shared.api.note_version(http::Version::HTTP_2);
+    wait_ready(&shared, 10).await;
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    assert_eq!(
+        api.calls(LEASES, true),
+        1,
+        "a pinged quiet watch without bookmarks is kept"
+    );
+    assert!(
+        api.calls(PODS, true) >= 3,
+        "one with bookmarks restarts after 75 s of silence: {}",
+        api.calls(PODS, true)
+    );
+    tokio::time::sleep(Duration::from_secs(500)).await;
+    assert!(
+        api.calls(LEASES, true) >= 2,
+        "kept no longer than its timeout + 15 s"
+    );
+    // Over HTTP/1.1 (no pings) the limit applies to every watch (from the
+    // next wait of a watch on: the one open now keeps its long limit).
+    shared.api.note_version(http::Version::HTTP_11);
+    let before = api.calls(LEASES, true);
+    tokio::time::sleep(Duration::from_secs(615 + 160)).await;
+    assert!(
+        api.calls(LEASES, true) >= before + 2,
+        "{} -> {}",
+        before,
+        api.calls(LEASES, true)
+    );
+    assert_eq!(
+        value(
+            &scrape(&shared),
+            "captf_lock_exporter_watch_up{resource=\"leases\"}"
+        ),
+        Some(1.0),
+        "a silence restart is no failure"
+    );
+}

@@ -242,6 +242,7 @@ where
         let (link, token) = (self.link.clone(), self.token.clone());
         Box::pin(async move {
             let resp = fut.await.map_err(Into::into)?;
+            link.note_version(resp.version());
             let status = resp.status().as_u16();
             match status {
                 429 | 503 => {

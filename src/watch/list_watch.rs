@@ -16,8 +16,10 @@
 //!   [`Timing::request`] is a `timeout` failure;
 //! - a watch asks the server to close it after 5-10 min
 //!   ([`Timing::watch_timeout`]) and asks for bookmarks; one that delivers
-//!   nothing for [`Timing::silence`] is restarted (the restart's own
-//!   request is what tells a hung server from a dead connection);
+//!   nothing for [`Timing::silence`] is restarted where the server sends
+//!   bookmarks or no ping watches the connection (HTTP/1.1), else past its
+//!   timeout (the restart's own request is what tells a hung server from a
+//!   dead connection);
 //! - every failure counts and backs off (capped, with jitter); a 410 relists;
 //! - an event that cannot be decoded is counted (`decode`) and marks the
 //!   scope for a relist: the change it carried is lost, and with bookmarks
@@ -63,6 +65,9 @@ pub struct Timing {
     /// once a minute, so a silent one sits on a dead connection or a hung
     /// server.
     pub silence: Duration,
+    /// How long past its own timeout a watch is kept when the silence limit
+    /// does not apply (see `follow::silence_limit`).
+    pub timeout_margin: Duration,
     /// A scope marked for a relist (an undecodable event) is relisted at
     /// the latest this long after the mark, ending its watch if need be.
     pub relist_within: Duration,
@@ -90,6 +95,7 @@ impl Timing {
         request: Duration::from_secs(20),
         watch_timeout: Duration::from_secs(300),
         silence: Duration::from_secs(75),
+        timeout_margin: Duration::from_secs(15),
         relist_within: Duration::from_secs(60),
         backoff_min: Duration::from_secs(1),
         backoff_max: Duration::from_secs(8),
@@ -289,6 +295,7 @@ where
     let mut progress = Progress {
         synced: false,
         relist_by: None,
+        beats: false,
     };
     let mut last_watch: Option<Instant> = None;
     loop {
@@ -349,7 +356,18 @@ where
         let initial = streaming.then_some(Initial {
             backoff: &mut backoff,
         });
-        match follow::follow(&mut sink, stream, timing, &trim, rv, &mut progress, initial).await {
+        match follow::follow(
+            &mut sink,
+            stream,
+            timing,
+            seconds,
+            &trim,
+            rv,
+            &mut progress,
+            initial,
+        )
+        .await
+        {
             WatchEnd::Resume(rv) => {
                 backoff.reset();
                 version = Some(rv);
@@ -375,6 +393,9 @@ pub(super) struct Progress {
     /// When the scope must be listed again because a watch event could not
     /// be decoded (set by `follow`, cleared by a whole sync).
     pub(super) relist_by: Option<Instant>,
+    /// A watch of this scope has had a bookmark that was not the end of
+    /// initial events: the server sends them, so a silence is a fault.
+    pub(super) beats: bool,
 }
 
 /// The part of the loop a streaming watch-list resets when its initial
