@@ -469,37 +469,44 @@ async fn run(cache: Weak<ScrapeCache>, shared: Arc<Shared>, wake: Arc<Notify>) {
     let mut tick = tokio::time::interval(HEALTH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut state: [FormatState; 2] = Default::default();
-    let mut last_pass;
     loop {
-        {
+        let last_pass = {
             let Some(cache) = cache.upgrade() else {
                 return;
             };
             // What moved before this point is in this pass's health part.
             health.borrow_and_update();
-            last_pass = tokio::time::Instant::now();
             cache.passes.fetch_add(1, Ordering::Relaxed);
+            let at = tokio::time::Instant::now();
             if let Err(e) = cache.pass(&mut state).await {
                 // The published bodies stay; the next pass tries again.
                 tracing::error!(error = %e, "rendering the exposition failed");
             }
-        }
-        tokio::select! {
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
+            at
+        };
+        // When a health move is due to be rendered: a second after the last
+        // pass at the soonest. An index change does not wait for it.
+        let mut health_due: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(DEBOUNCE).await;
+                    changes.borrow_and_update();
+                    break;
                 }
-                tokio::time::sleep(DEBOUNCE).await;
-                changes.borrow_and_update();
-            }
-            () = wake.notified() => {}
-            moved = health.changed() => {
-                if moved.is_err() {
-                    return;
+                () = wake.notified() => break,
+                moved = health.changed(), if health_due.is_none() => {
+                    if moved.is_err() {
+                        return;
+                    }
+                    health_due = Some(last_pass + HEALTH_EVERY);
                 }
-                tokio::time::sleep_until(last_pass + HEALTH_EVERY).await;
+                () = tokio::time::sleep_until(health_due.unwrap_or(last_pass)), if health_due.is_some() => break,
+                _ = tick.tick(), if ages => break,
             }
-            _ = tick.tick(), if ages => {}
         }
     }
 }
@@ -752,6 +759,22 @@ mod tests {
         })
         .await;
         assert_eq!(cache.renders(), renders, "health is its own part");
+    }
+
+    /// An index change is not held back by a health move waiting for its
+    /// second: it shows after the debounce.
+    #[tokio::test(start_paused = true)]
+    async fn an_index_change_does_not_wait_behind_a_health_move() {
+        let (shared, _rx) = Shared::new();
+        let cache = ScrapeCache::new(shared.clone());
+        object(&shared, "a");
+        wait_body(&cache, Duration::from_secs(1), |t| t.contains("name=\"a\"")).await;
+        shared.health.on_pod_read(crate::health::ReadResult::Found);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let t0 = tokio::time::Instant::now();
+        object(&shared, "b");
+        wait_body(&cache, Duration::from_secs(1), |t| t.contains("name=\"b\"")).await;
+        assert!(t0.elapsed() < DEBOUNCE * 3, "{:?}", t0.elapsed());
     }
 
     /// Health that moves all the time (a stream of watch events) costs at
