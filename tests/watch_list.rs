@@ -360,3 +360,46 @@ async fn a_quiet_watch_is_restarted_by_silence_only_where_bookmarks_come_or_no_p
         "a silence restart is no failure"
     );
 }
+
+/// A watch cache still being filled (a CRD just created) answers a
+/// watch-list 429 "storage is (re)initializing"; a LIST is answered from
+/// etcd meanwhile: that one sync is paged at once, without waiting for the
+/// Retry-After, and the server stays a streaming one.
+#[tokio::test(start_paused = true)]
+async fn an_initializing_watch_cache_is_listed_at_once_for_that_sync() {
+    let api = FakeApi::streaming(|path, is_watch, n| match (path, is_watch, n) {
+        (MACHINES, true, 1) => Reply::JsonWith(
+            429,
+            status(429, "storage is (re)initializing"),
+            vec![("retry-after", "1".into())],
+        ),
+        (MACHINES, false, _) => Reply::Json(200, list(vec![machine("a", 5)], 9)),
+        (MACHINES, true, _) => Reply::Watch(vec![], true),
+        (LEASES | PODS, true, _) => Reply::Watch(vec![end_bookmark("Lease", 20)], true),
+        _ => not_served(),
+    });
+    let t0 = tokio::time::Instant::now();
+    let shared = start(&api);
+    wait_ready(&shared, 10).await;
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(api.calls(MACHINES, false), 1);
+    assert_eq!(
+        shared
+            .health
+            .syncs(Resource::TerraformMachines, SyncMode::Paged),
+        1
+    );
+    assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 1);
+    assert!(shared.watch_list.streams(), "a 429 is no refusal");
+    // The watch after the list comes once the 1 s between two watch starts is up.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let machines = watch_queries(&api, MACHINES);
+    assert!(
+        machines.len() >= 2 && machines[1].contains("resourceVersion=9"),
+        "then a watch from the list's version: {machines:?}"
+    );
+}

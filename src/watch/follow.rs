@@ -53,6 +53,13 @@ pub(super) fn rejects_streaming(err: &kube::Error) -> bool {
     }
 }
 
+/// True for the 429 of a watch cache that is still being filled (a CRD
+/// just created, a kube-apiserver just started): kube-apiserver hands a
+/// LIST to etcd meanwhile, but refuses a watch-list.
+pub(super) fn cache_initializing(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 429 && s.message.contains("initializing"))
+}
+
 /// Opens a watch: from `rv`, or (`streaming`) a watch-list of the whole
 /// state. `seconds` is the `timeoutSeconds` asked.
 pub(super) async fn open<K>(

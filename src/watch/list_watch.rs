@@ -335,6 +335,32 @@ where
         let opened = follow::open(&api, &selectors, timing, seconds, &rv, streaming).await;
         let stream = match opened {
             Ok(s) => s,
+            // A watch cache still filling answers a watch-list 429 ("storage
+            // is (re)initializing", Retry-After 1 s) while a LIST, which it
+            // hands to etcd, is answered: this one sync is paged, at once.
+            Err(Failed::Api(err)) if streaming && follow::cache_initializing(&err) => {
+                tracing::debug!(
+                    resource = sink.ingest.resource().as_str(),
+                    error = %err,
+                    "the watch cache is initializing; this sync is a paged list"
+                );
+                version = Some(
+                    match list(&mut sink, &api, &selectors, timing, &trim).await {
+                        Ok(rv) => {
+                            progress.synced = true;
+                            progress.relist_by = None;
+                            backoff.reset();
+                            rv
+                        }
+                        Err(f) => {
+                            sink.failure(f.reason(), "list", &f);
+                            pause(shared, &mut backoff, f.reason(), attempt.elapsed()).await;
+                            continue;
+                        }
+                    },
+                );
+                continue;
+            }
             Err(Failed::Api(err)) if streaming && follow::rejects_streaming(&err) => {
                 shared.watch_list.fall_back(
                     sink.ingest.resource(),
