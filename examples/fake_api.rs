@@ -14,6 +14,9 @@
 //! - `GET <collection>` (all namespaces or one): a list, paginated by `limit`
 //!   and `continue` (the token is the list's resourceVersion and an offset;
 //!   every page carries the first page's resourceVersion);
+//! - `GET <collection>?watch=true&sendInitialEvents=true`: a watch-list, every
+//!   live object as ADDED, then the `k8s.io/initial-events-end` bookmark, then
+//!   the changes, as kube-apiserver 1.34+ streams it;
 //! - `GET <collection>?watch=true&resourceVersion=R`: the changes after `R`,
 //!   then changes as they are made, a BOOKMARK every `--bookmark-seconds`,
 //!   closed after `timeoutSeconds`;
@@ -1114,7 +1117,8 @@ impl Store {
         ns: Option<String>,
         q: &HashMap<String, String>,
     ) -> Response<Body> {
-        let from: u64 = q
+        let streaming = q.get("sendInitialEvents").map(String::as_str) == Some("true");
+        let mut from: u64 = q
             .get("resourceVersion")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
@@ -1129,6 +1133,27 @@ impl Store {
         };
         let mut sub = t.tx.subscribe();
         let mut gone = self.gone.subscribe();
+        // A watch-list, as kube-apiserver streams it: every live object as
+        // ADDED (the serialised bytes, shared), then the bookmark ending
+        // the initial events, then the watch from the table's version.
+        let initial: Vec<Bytes> = if streaming {
+            from = t.rv;
+            t.items
+                .iter()
+                .filter(|it| !it.deleted && ns.as_ref().is_none_or(|n| it.ns == *n))
+                .map(|it| it.json.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let end_bookmark = streaming.then(|| {
+            Bytes::from(format!(
+                "{{\"type\":\"BOOKMARK\",\"object\":{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{}\",\"annotations\":{{\"k8s.io/initial-events-end\":\"true\"}}}}}}}}\n",
+                resource.spec().kind,
+                t.api_version(),
+                t.rv
+            ))
+        });
         let expired = Bytes::from(format!(
             "{}\n",
             json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -1154,6 +1179,19 @@ impl Store {
                 store.bookmark_every,
             );
             let mut open = true;
+            for json in initial {
+                let mut line = BytesMut::with_capacity(json.len() + 32);
+                line.extend_from_slice(b"{\"type\":\"ADDED\",\"object\":");
+                line.extend_from_slice(&json);
+                line.extend_from_slice(b"}\n");
+                if tx.send(line.freeze()).await.is_err() {
+                    open = false;
+                    break;
+                }
+            }
+            if let Some(b) = end_bookmark.filter(|_| open) {
+                open = tx.send(b).await.is_ok();
+            }
             for c in backlog {
                 last = last.max(c.rv);
                 if tx.send(c.line).await.is_err() {

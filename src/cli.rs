@@ -78,6 +78,23 @@ pub struct Cli {
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_SKIP_RESOURCES", value_parser = skip_list, default_value = "", hide_default_value = true, global = true)]
     pub skip_resources: SkipList,
 
+    /// Start every watch with one streaming watch-list
+    /// (`sendInitialEvents=true`) where the API server streams them, as
+    /// client-go does; a server that does not is listed in pages (chosen
+    /// once, logged, counted in watch_syncs_total{mode}). `false` always
+    /// lists in pages.
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_WATCH_LIST", default_value_t = true, action = clap::ArgAction::Set, global = true)]
+    pub watch_list: bool,
+
+    /// The least server-side timeout of a watch; each watch asks for a
+    /// random time between this and twice it (client-go: 5m). A watch at
+    /// rest is re-opened that often: an RBAC rule removed shows when the
+    /// next one is refused. A dead or hung watch is found sooner, by
+    /// HTTP/2 pings and a 75 s silence limit (kube-apiserver sends a
+    /// bookmark every minute).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_WATCH_TIMEOUT", default_value = "5m", value_parser = watch_timeout, global = true)]
+    pub watch_timeout: Duration,
+
     /// Serve plain HTTP instead of HTTPS: for a trusted network, or when
     /// TLS ends in front of the exporter (a proxy in the pod). The demo
     /// always serves plain HTTP.
@@ -285,9 +302,40 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A watch timeout: whole seconds from 30 s to 30 min (past that, a
+/// proxy or load balancer in front of the API server is likely to cut
+/// the watch first).
+fn watch_timeout(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_secs(30) || d > Duration::from_secs(1800) {
+        return Err("must be between 30s and 30m".into());
+    }
+    Ok(Duration::from_secs(d.as_secs()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watch_list_and_watch_timeout_defaults_and_bounds() {
+        let cli = Cli::try_parse_from(["x", "demo"]).expect("parses");
+        assert!(cli.watch_list);
+        assert_eq!(cli.watch_timeout, Duration::from_secs(300));
+        let cli = Cli::try_parse_from([
+            "x",
+            "--watch-list",
+            "false",
+            "--watch-timeout",
+            "45s",
+            "demo",
+        ])
+        .expect("parses");
+        assert!(!cli.watch_list);
+        assert_eq!(cli.watch_timeout, Duration::from_secs(45));
+        assert!(err_of(&["--watch-timeout", "10s"]).contains("--watch-timeout"));
+        assert!(err_of(&["--watch-timeout", "1h"]).contains("between 30s and 30m"));
+    }
 
     fn err_of(args: &[&str]) -> String {
         let mut full = vec!["captf-lock-exporter"];

@@ -110,13 +110,17 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             "--skip-resources: these resources are not watched and export no watch series"
         );
     }
-    for (name, task) in watch::spawn_watches(
-        client.clone(),
-        shared.clone(),
-        scopes,
-        &resources,
-        Timing::DEFAULT,
-    ) {
+    if !cli.watch_list {
+        shared.watch_list.disable();
+        tracing::info!("--watch-list=false: every watch lists in pages");
+    }
+    let timing = Timing {
+        watch_timeout: cli.watch_timeout,
+        ..Timing::DEFAULT
+    };
+    for (name, task) in
+        watch::spawn_watches(client.clone(), shared.clone(), scopes, &resources, timing)
+    {
         tasks.adopt(name, task);
     }
     tasks.spawn(

@@ -32,6 +32,9 @@ pub struct Shared {
     /// What the API server's answers taught about the connection
     /// (Retry-After, a pool to drop after a timeout).
     pub api: Arc<ApiLink>,
+    /// Whether the API server streams watch-lists (learned by the
+    /// watches, once).
+    pub watch_list: crate::watch::WatchList,
     /// The version reported by build_info.
     pub version: &'static str,
 }
@@ -47,6 +50,7 @@ impl Shared {
             health: Health::new(),
             confirm_tx,
             api: Arc::new(ApiLink::new()),
+            watch_list: crate::watch::WatchList::default(),
             version: env!("CARGO_PKG_VERSION"),
         };
         (Arc::new(shared), confirm_rx)

@@ -2,6 +2,7 @@
 //! the server's last `Retry-After`, and the switch that drops pooled
 //! connections after a request timed out.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -22,6 +23,9 @@ pub struct ApiLink {
     throttle: Mutex<Throttle>,
     reset: OnceLock<Box<dyn Fn() + Send + Sync>>,
     last_reset: Mutex<Option<Instant>>,
+    /// The last answer came over HTTP/2, whose connections are pinged
+    /// (false until an answer says so).
+    pinged: AtomicBool,
     reach: Mutex<Reach>,
 }
 
@@ -142,6 +146,20 @@ impl ApiLink {
             .is_some_and(|t| t.elapsed() < within)
     }
 
+    /// Notes the HTTP version of an answer.
+    pub fn note_version(&self, version: http::Version) {
+        self.pinged
+            .store(version == http::Version::HTTP_2, Ordering::Relaxed);
+    }
+
+    /// True unless the server's last answer came over HTTP/2: HTTP/1.x
+    /// connections carry no pings, so a dead or hung one is found only by
+    /// the silence of what it carries (and before any answer, or on a
+    /// client without this stack, nothing is known).
+    pub fn unpinged(&self) -> bool {
+        !self.pinged.load(Ordering::Relaxed)
+    }
+
     /// How long requests should still wait, if the server asked.
     pub fn retry_after_remaining(&self) -> Option<Duration> {
         let t = lock(&self.throttle);
@@ -194,6 +212,16 @@ mod tests {
         assert_eq!(link.retry_after_remaining(), Some(MAX_RETRY_AFTER));
         tokio::time::sleep(MAX_RETRY_AFTER).await;
         assert_eq!(link.retry_after_remaining(), None);
+    }
+
+    #[test]
+    fn only_http2_answers_count_as_pinged() {
+        let link = ApiLink::new();
+        assert!(link.unpinged(), "nothing known yet");
+        link.note_version(http::Version::HTTP_2);
+        assert!(!link.unpinged());
+        link.note_version(http::Version::HTTP_11);
+        assert!(link.unpinged());
     }
 
     #[tokio::test(start_paused = true)]

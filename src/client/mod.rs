@@ -266,6 +266,7 @@ where
                 }
             };
             link.note_reached();
+            link.note_version(resp.version());
             let status = resp.status().as_u16();
             match status {
                 429 | 503 => {

@@ -257,16 +257,47 @@ fn watch(
     filter: Filter,
     query: &HashMap<String, String>,
 ) -> Response<Body> {
-    let Ok(from) = query
-        .get("resourceVersion")
-        .map_or("0", String::as_str)
-        .parse::<u64>()
-    else {
+    let streaming = query.get("sendInitialEvents").is_some_and(|v| v == "true");
+    if streaming && query.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
         return failure(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "resourceVersion is not a version this server issued",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            "sendInitialEvents requires resourceVersionMatch=NotOlderThan",
         );
+    }
+    let mut lines = std::collections::VecDeque::new();
+    let from = if streaming {
+        // A watch-list, as kube-apiserver streams it: every object as
+        // ADDED, then the bookmark that ends the initial events.
+        let (items, rv) = store.list(resource, namespace, |o| filter.keeps(o));
+        for object in items {
+            lines.push_back(line(&json!({"type": "ADDED", "object": object})));
+        }
+        lines.push_back(line(&json!({
+            "type": "BOOKMARK",
+            "object": {
+                "apiVersion": api_version(resource),
+                "kind": resource.spec().kind,
+                "metadata": {
+                    "resourceVersion": rv.to_string(),
+                    "annotations": {crate::watch::INITIAL_EVENTS_END: "true"},
+                },
+            },
+        })));
+        rv
+    } else {
+        let Ok(from) = query
+            .get("resourceVersion")
+            .map_or("0", String::as_str)
+            .parse::<u64>()
+        else {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "resourceVersion is not a version this server issued",
+            );
+        };
+        from
     };
     let seconds = query
         .get("timeoutSeconds")
@@ -280,7 +311,7 @@ fn watch(
         filter,
         wake: store.subscribe(),
         sent: from,
-        lines: Default::default(),
+        lines,
         ends: now + Duration::from_secs(seconds),
         next_bookmark: now + BOOKMARK_EVERY,
         finished: false,

@@ -13,7 +13,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use super::endpoint::{AuthLabels, AuthResult, Outcome, OutcomeLabels, Review, ReviewLabels};
-use super::{ErrorReason, Health, ReadResult};
+use super::{ErrorReason, Health, ReadResult, SyncMode};
 use crate::index::Resource;
 
 impl EncodeLabelValue for Resource {
@@ -23,6 +23,12 @@ impl EncodeLabelValue for Resource {
 }
 
 impl EncodeLabelValue for ErrorReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+impl EncodeLabelValue for SyncMode {
     fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
         encoder.write_str(self.as_str())
     }
@@ -47,6 +53,13 @@ pub(super) struct ErrorLabels {
     pub(super) reason: ErrorReason,
 }
 
+/// `{resource, mode}` of `watch_syncs_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct SyncLabels {
+    pub(super) resource: Resource,
+    pub(super) mode: SyncMode,
+}
+
 /// `{result}` of `pod_reads_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ReadLabels {
@@ -59,6 +72,7 @@ pub(super) struct ReadLabels {
 pub(super) struct Counters {
     pub(super) events: Family<ResourceLabels, Counter>,
     pub(super) errors: Family<ErrorLabels, Counter>,
+    pub(super) syncs: Family<SyncLabels, Counter>,
     pub(super) pod_reads: Family<ReadLabels, Counter>,
     pub(super) auth: Family<AuthLabels, Counter>,
     pub(super) reviews: Family<ReviewLabels, Counter>,
@@ -130,6 +144,17 @@ impl Health {
                     .flat_map(|&resource| {
                         ErrorReason::ALL.map(|reason| ErrorLabels { resource, reason })
                     })
+                    .collect(),
+            },
+        );
+        registry.register(
+            "captf_lock_exporter_watch_syncs",
+            "Whole syncs (first syncs and relists) per resource and how they were made: one streaming watch-list, or a paged list",
+            InOrder {
+                family: c.syncs.clone(),
+                series: watched
+                    .iter()
+                    .flat_map(|&resource| SyncMode::ALL.map(|mode| SyncLabels { resource, mode }))
                     .collect(),
             },
         );

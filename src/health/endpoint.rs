@@ -124,6 +124,7 @@ impl Health {
             .auth
             .get_or_create(&AuthLabels { result })
             .inc();
+        self.moved();
     }
 
     /// Counts one review call to the API server (a cache miss).
@@ -132,6 +133,7 @@ impl Health {
             .reviews
             .get_or_create(&ReviewLabels { review, result })
             .inc();
+        self.moved();
     }
 
     /// Counts one certificate reload (files that changed).
@@ -140,6 +142,7 @@ impl Health {
             .tls_reloads
             .get_or_create(&OutcomeLabels { result })
             .inc();
+        self.moved();
     }
 
     /// Decisions counted so far for `result`.

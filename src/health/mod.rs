@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::index::Resource;
-use counters::{value, Counters, ErrorLabels, ReadLabels, ResourceLabels};
+use counters::{value, Counters, ErrorLabels, ReadLabels, ResourceLabels, SyncLabels};
 
 /// Why a watch failed: a closed set, so `watch_errors_total` has bounded
 /// cardinality.
@@ -109,6 +109,30 @@ impl ReadResult {
     }
 }
 
+/// How a watch got a whole state of its scope (a first sync or a relist):
+/// the label of `watch_syncs_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SyncMode {
+    /// One streaming watch-list (`sendInitialEvents=true`) that goes on as
+    /// the watch.
+    Stream,
+    /// A paged LIST, then a watch from its resourceVersion.
+    Paged,
+}
+
+impl SyncMode {
+    /// Every mode, in label order.
+    pub const ALL: [SyncMode; 2] = [SyncMode::Stream, SyncMode::Paged];
+
+    /// The `mode` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncMode::Stream => "stream",
+            SyncMode::Paged => "paged",
+        }
+    }
+}
+
 /// One registered watch: a resource in one namespace scope.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WatchId(usize);
@@ -159,16 +183,39 @@ pub enum Success {
 /// `watch_up` means "the last request of this watch succeeded and its
 /// stream is alive": it drops on the first failure and returns on the next
 /// success, so data that stopped flowing is never reported as fresh.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Health {
     watches: Mutex<Vec<WatchState>>,
     counters: Counters,
+    /// Bumped by every call that can move a value the health part of the
+    /// exposition shows, so the renderer renders it only then.
+    moved: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            watches: Mutex::default(),
+            counters: Counters::default(),
+            moved: tokio::sync::watch::channel(0).0,
+        }
+    }
 }
 
 impl Health {
     /// A new, empty health registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A receiver that sees every change of a health value (watch state,
+    /// last success, a counter): an idle exporter renders nothing.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.moved.subscribe()
+    }
+
+    fn moved(&self) {
+        self.moved.send_modify(|g| *g = g.wrapping_add(1));
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Vec<WatchState>) -> T) -> T {
@@ -178,10 +225,17 @@ impl Health {
         }
     }
 
+    /// [`Health::with`] for a change: tells the renderer afterwards.
+    fn change<T>(&self, f: impl FnOnce(&mut Vec<WatchState>) -> T) -> T {
+        let out = self.with(f);
+        self.moved();
+        out
+    }
+
     /// Declares a watch so it counts for readiness before its first event.
     /// Registering the same (resource, scope) twice returns the same id.
     pub fn register(&self, resource: Resource, scope: &str) -> WatchId {
-        let id = self.with(|w| {
+        let id = self.change(|w| {
             if let Some(i) = w
                 .iter()
                 .position(|s| s.resource == resource && s.scope == scope)
@@ -218,13 +272,29 @@ impl Health {
             .events
             .get_or_create(&ResourceLabels { resource })
             .inc();
+        self.moved();
+    }
+
+    /// Counts one whole sync of `resource` (a first sync or a relist) made
+    /// in `mode`.
+    pub fn on_sync_mode(&self, resource: Resource, mode: SyncMode) {
+        self.counters
+            .syncs
+            .get_or_create(&SyncLabels { resource, mode })
+            .inc();
+        self.moved();
+    }
+
+    /// Whole syncs of `resource` made in `mode`.
+    pub fn syncs(&self, resource: Resource, mode: SyncMode) -> u64 {
+        value(&self.counters.syncs, &SyncLabels { resource, mode })
     }
 
     /// A request of the watch succeeded (a list page, a watch that opened,
     /// an event or a bookmark on it).
     pub fn on_success(&self, id: WatchId) -> Success {
         let now = Instant::now();
-        let success = self.with(|w| {
+        let success = self.change(|w| {
             let Some(st) = w.get_mut(id.0) else {
                 return Success::Steady;
             };
@@ -242,7 +312,7 @@ impl Health {
 
     /// A first list (or a relist) finished: the watch holds the whole truth.
     pub fn on_synced(&self, id: WatchId) -> Success {
-        let first = self.with(|w| {
+        let first = self.change(|w| {
             w.get_mut(id.0).map(|st| {
                 let first = !st.synced;
                 st.synced = true;
@@ -263,6 +333,7 @@ impl Health {
             .errors
             .get_or_create(&ErrorLabels { resource, reason })
             .inc();
+        self.moved();
     }
 
     /// Records a failed request; returns true when it starts a failure
@@ -272,7 +343,7 @@ impl Health {
         if let Some(resource) = self.with(|w| w.get(id.0).map(|s| s.resource)) {
             self.count_error(resource, reason);
         }
-        let first = self.with(|w| {
+        let first = self.change(|w| {
             let Some(st) = w.get_mut(id.0) else {
                 return false;
             };
@@ -299,6 +370,7 @@ impl Health {
             .pod_reads
             .get_or_create(&ReadLabels { result })
             .inc();
+        self.moved();
     }
 
     /// True while every scope of `resource` has listed once and its last

@@ -2,9 +2,9 @@
 //! scrape; a scrape never waits on a render.
 //!
 //! One task per cache renders beside the scrapes: when the index changes
-//! (after [`DEBOUNCE`], so a burst of changes costs one render), and at
-//! least every [`HEALTH_EVERY`] for watch health and the self-metric
-//! counters. It renders only the formats and encodings scrapes have asked
+//! (after [`DEBOUNCE`], so a burst of changes costs one render), and when
+//! a watch-health value or a self-metric counter moved (at most once a
+//! [`HEALTH_EVERY`] for those alone). It renders only the formats and encodings scrapes have asked
 //! for, and publishes each body whole: a scrape takes the newest published
 //! body, so one that arrives during a render gets the previous complete
 //! one. Only the first scrape of a format and encoding ever waits, for the
@@ -38,8 +38,9 @@ use crate::shared::Shared;
 /// render.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
 
-/// How often watch health and the self-metric counters are rendered anew
-/// at least: the contract's staleness bound for them.
+/// The most a moved health value waits to be rendered, and the least time
+/// between two passes made for health alone: the contract's staleness
+/// bound for watch health and the self-metric counters.
 pub const HEALTH_EVERY: Duration = Duration::from_secs(1);
 
 /// The content coding of a scrape's answer.
@@ -211,6 +212,7 @@ pub struct ScrapeCache {
     bucket_renders: AtomicU64,
     compressions: AtomicU64,
     publications: AtomicU64,
+    passes: AtomicU64,
     /// Tests hold the renderer inside a render with this.
     #[cfg(test)]
     gate: tokio::sync::Semaphore,
@@ -262,6 +264,7 @@ impl ScrapeCache {
             bucket_renders: AtomicU64::new(0),
             compressions: AtomicU64::new(0),
             publications: AtomicU64::new(0),
+            passes: AtomicU64::new(0),
             #[cfg(test)]
             gate: tokio::sync::Semaphore::new(GATE_PERMITS),
             #[cfg(test)]
@@ -298,6 +301,12 @@ impl ScrapeCache {
     /// How many index-part compressions this cache has run.
     pub fn compressions(&self) -> u64 {
         self.compressions.load(Ordering::Relaxed)
+    }
+
+    /// How many passes the renderer has made (each renders the health
+    /// part; an exporter at rest makes none).
+    pub fn passes(&self) -> u64 {
+        self.passes.load(Ordering::Relaxed)
     }
 
     /// How many bodies this cache has published.
@@ -448,32 +457,56 @@ impl ScrapeCache {
 }
 
 /// The renderer: a pass, then wait for an index change (and the debounce),
-/// a newly wanted pair, or the health tick. Ends when the cache is dropped.
+/// a newly wanted pair, or a health change, at most one pass a
+/// [`HEALTH_EVERY`] for health alone (a stream of events moves a counter
+/// with each). An exporter at rest, whose health does not move, makes no
+/// pass at all; with `--export-lock-age` it makes one every second, since
+/// ages move with the clock. Ends when the cache is dropped.
 async fn run(cache: Weak<ScrapeCache>, shared: Arc<Shared>, wake: Arc<Notify>) {
     let mut changes = shared.subscribe();
+    let mut health = shared.health.subscribe();
+    let ages = cache.upgrade().is_some_and(|c| c.exposition.lock_age);
     let mut tick = tokio::time::interval(HEALTH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut state: [FormatState; 2] = Default::default();
     loop {
-        {
+        let last_pass = {
             let Some(cache) = cache.upgrade() else {
                 return;
             };
+            // What moved before this point is in this pass's health part.
+            health.borrow_and_update();
+            cache.passes.fetch_add(1, Ordering::Relaxed);
+            let at = tokio::time::Instant::now();
             if let Err(e) = cache.pass(&mut state).await {
                 // The published bodies stay; the next pass tries again.
                 tracing::error!(error = %e, "rendering the exposition failed");
             }
-        }
-        tokio::select! {
-            changed = changes.changed() => {
-                if changed.is_err() {
-                    return;
+            at
+        };
+        // When a health move is due to be rendered: a second after the last
+        // pass at the soonest. An index change does not wait for it.
+        let mut health_due: Option<tokio::time::Instant> = None;
+        loop {
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(DEBOUNCE).await;
+                    changes.borrow_and_update();
+                    break;
                 }
-                tokio::time::sleep(DEBOUNCE).await;
-                changes.borrow_and_update();
+                () = wake.notified() => break,
+                moved = health.changed(), if health_due.is_none() => {
+                    if moved.is_err() {
+                        return;
+                    }
+                    health_due = Some(last_pass + HEALTH_EVERY);
+                }
+                () = tokio::time::sleep_until(health_due.unwrap_or(last_pass)), if health_due.is_some() => break,
+                _ = tick.tick(), if ages => break,
             }
-            () = wake.notified() => {}
-            _ = tick.tick() => {}
         }
     }
 }
@@ -512,6 +545,73 @@ mod tests {
         );
         shared
             .update(|ix, now| ix.apply(ObjectKey::new("ns", lock_lease_name(&suffix)), lease, now));
+    }
+
+    /// A fleet like the bench's: `n` TerraformMachines in 100 namespaces, a
+    /// tenth of them held by workstations.
+    fn fleet(shared: &Shared, n: usize) {
+        for i in 0..n {
+            let ns = format!("fleet-{:03}", i % 100);
+            let name = format!("wl-{:05}-m-{:04}", i / 100, i % 100);
+            let obj = TfObject {
+                kind: Kind::TerraformMachine,
+                name: name.clone(),
+                cluster_label: Some(format!("wl-{:05}", i / 100)),
+                jobs: None,
+                cluster: None,
+                captf: Default::default(),
+            };
+            let suffix = state_suffix(&ns, Kind::TerraformMachine, &name);
+            shared.update(|ix, now| ix.apply((obj.kind, ObjectKey::new(&ns, &name)), obj, now));
+            if i % 10 == 0 {
+                let info = format!(
+                    r#"{{"ID":"{:08x}-aaaa-bbbb-cccc-{:012x}","Operation":"OperationTypeApply","Info":"","Who":"user{}@laptop-{}","Version":"1.9.0","Created":"2026-09-26T15:53:38Z","Path":""}}"#,
+                    i * 7919,
+                    i,
+                    i % 50,
+                    i % 20
+                );
+                let lease = LockLease::new(
+                    ns.clone(),
+                    suffix.clone(),
+                    Some("TerraformMachine"),
+                    Some(name.clone()),
+                    format!("{:08x}", i * 7919),
+                    parse_lock_info(&info).map(Some),
+                );
+                shared.update(|ix, now| {
+                    ix.apply(ObjectKey::new(&ns, lock_lease_name(&suffix)), lease, now)
+                });
+            }
+        }
+    }
+
+    /// The gzip body, made of parts compressed apart (so that a change
+    /// compresses one bucket again), is at most 1.2x the same body
+    /// compressed whole at gzip's default level. Prints both sizes.
+    #[tokio::test]
+    async fn the_gzip_body_is_close_to_the_whole_body_compressed_at_once() {
+        let (shared, _rx) = Shared::new();
+        fleet(&shared, 10_000);
+        let cache = ScrapeCache::new(shared.clone());
+        let gz = cache
+            .body(Format::OpenMetrics, AcceptEncoding::Gzip)
+            .await
+            .expect("gzip body");
+        let plain = gunzip(&gz);
+        let mut whole = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut whole, &plain).expect("compress");
+        let whole = whole.finish().expect("compress").len();
+        let served = gz.to_bytes().len();
+        println!(
+            "plain {} B, served gzip {served} B, whole at level 6 {whole} B: {:.2}x",
+            plain.len(),
+            served as f64 / whole as f64
+        );
+        assert!(
+            served as f64 <= whole as f64 * 1.2,
+            "served {served} B against {whole} B compressed whole"
+        );
     }
 
     /// A gzip body's plain bytes; one member must hold them all.
@@ -563,9 +663,10 @@ mod tests {
         object(&shared, "a");
         assert!(text(&cache).await.contains("name=\"a\""));
         assert_eq!(cache.renders(), 1);
-        // Nothing changes: health is rendered every second, the index part
-        // never again.
+        // Nothing changes: no pass at all, health included.
+        let passes = cache.passes();
         tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(cache.passes(), passes, "at rest the renderer sleeps");
         text(&cache).await;
         assert_eq!(cache.renders(), 1, "no change, no render");
         // A change shows within the debounce and one render (sooner when
@@ -658,6 +759,45 @@ mod tests {
         })
         .await;
         assert_eq!(cache.renders(), renders, "health is its own part");
+    }
+
+    /// An index change is not held back by a health move waiting for its
+    /// second: it shows after the debounce.
+    #[tokio::test(start_paused = true)]
+    async fn an_index_change_does_not_wait_behind_a_health_move() {
+        let (shared, _rx) = Shared::new();
+        let cache = ScrapeCache::new(shared.clone());
+        object(&shared, "a");
+        wait_body(&cache, Duration::from_secs(1), |t| t.contains("name=\"a\"")).await;
+        shared.health.on_pod_read(crate::health::ReadResult::Found);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let t0 = tokio::time::Instant::now();
+        object(&shared, "b");
+        wait_body(&cache, Duration::from_secs(1), |t| t.contains("name=\"b\"")).await;
+        assert!(t0.elapsed() < DEBOUNCE * 3, "{:?}", t0.elapsed());
+    }
+
+    /// Health that moves all the time (a stream of watch events) costs at
+    /// most one pass a second, and each move shows within a second.
+    #[tokio::test(start_paused = true)]
+    async fn moving_health_costs_at_most_a_pass_a_second() {
+        let (shared, _rx) = Shared::new();
+        let cache = ScrapeCache::new(shared.clone());
+        text(&cache).await;
+        let passes = cache.passes();
+        for n in 1..=100u64 {
+            shared.health.on_pod_read(crate::health::ReadResult::Found);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if n % 10 == 0 {
+                let want = format!("captf_lock_exporter_pod_reads_total{{result=\"found\"}} {n}");
+                wait_body(&cache, HEALTH_EVERY, |t| t.contains(&want)).await;
+            }
+        }
+        let made = cache.passes() - passes;
+        assert!((5..=11).contains(&made), "{made} passes for 10 s of moves");
+        let passes = cache.passes();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(cache.passes(), passes, "none once health stops moving");
     }
 
     /// A scrape that arrives while the renderer is inside a render gets the

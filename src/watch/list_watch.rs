@@ -7,18 +7,25 @@
 //! watch emits nothing. This loop makes each request itself, so that
 //! `watch_up` follows the last request of the watch:
 //!
-//! - a list (paginated) or watch-start request that gets no answer within
+//! - a whole state of the scope comes from one streaming watch-list
+//!   (`sendInitialEvents=true`, ended by the `k8s.io/initial-events-end`
+//!   bookmark) where the server streams them, else from a paged list; the
+//!   choice is made once per server ([`crate::watch::WatchList`]) and counted
+//!   (`watch_syncs_total{mode}`);
+//! - a list page or watch-start request that gets no answer within
 //!   [`Timing::request`] is a `timeout` failure;
-//! - a watch asks the server to close it after [`Timing::server_timeout`]
-//!   and asks for bookmarks; one that delivers nothing for that long plus
-//!   [`Timing::idle_margin`] is restarted (the restart's own request is what
-//!   tells a hung server from one that ignores `timeoutSeconds`);
+//! - a watch asks the server to close it after 5-10 min
+//!   ([`Timing::watch_timeout`]) and asks for bookmarks; one that delivers
+//!   nothing for [`Timing::silence`] is restarted where the server sends
+//!   bookmarks or no ping watches the connection (HTTP/1.1), else past its
+//!   timeout (the restart's own request is what tells a hung server from a
+//!   dead connection);
 //! - every failure counts and backs off (capped, with jitter); a 410 relists;
 //! - an event that cannot be decoded is counted (`decode`) and marks the
 //!   scope for a relist: the change it carried is lost, and with bookmarks
 //!   a watch can resume for ever without listing again, so nothing else
 //!   would repair it. The relist happens when the watch ends, and at the
-//!   latest [`Timing::server_timeout`] after the event;
+//!   latest [`Timing::relist_within`] after the event;
 //! - two watch starts of a scope are at least [`Timing::watch_min_interval`]
 //!   apart, and a watch that ends cleanly within that interval without
 //!   delivering anything (a proxy that answers 200 and closes) is a
@@ -26,30 +33,44 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
-use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::health::{ErrorReason, Success};
+use crate::health::{ErrorReason, Success, SyncMode};
 use crate::index::{Index, IndexResource};
 use crate::shared::Shared;
+use crate::watch::follow;
 use crate::watch::ingest::Ingest;
 use crate::watch::trim::Trimmed;
 
 /// The trimmed form of a watch object of item type `T`.
-type Item<T> = Trimmed<<Index as IndexResource<T>>::Key, T>;
+pub(super) type Item<T> = Trimmed<<Index as IndexResource<T>>::Key, T>;
 
 /// Time limits of the loop. [`Timing::DEFAULT`] is what production uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
-    /// The longest a list page or a watch start may take to answer.
+    /// The longest a list page or a watch start may take to answer, and
+    /// the longest silence between two initial events of a streaming
+    /// watch-list.
     pub request: Duration,
-    /// `timeoutSeconds` asked of the server for each watch.
-    pub server_timeout: Duration,
-    /// How long past `server_timeout` a silent watch is kept.
-    pub idle_margin: Duration,
+    /// The least `timeoutSeconds` asked of the server for a watch; each
+    /// watch asks for a random time between this and twice it, as
+    /// client-go's reflector does (5-10 min), so that watches started
+    /// together do not end together.
+    pub watch_timeout: Duration,
+    /// A watch that delivers neither an event nor a bookmark for this long
+    /// is restarted: kube-apiserver sends a bookmark on every watch about
+    /// once a minute, so a silent one sits on a dead connection or a hung
+    /// server.
+    pub silence: Duration,
+    /// How long past its own timeout a watch is kept when the silence limit
+    /// does not apply (see `follow::silence_limit`).
+    pub timeout_margin: Duration,
+    /// A scope marked for a relist (an undecodable event) is relisted at
+    /// the latest this long after the mark, ending its watch if need be.
+    pub relist_within: Duration,
     /// First pause after a failure; doubles per failure.
     pub backoff_min: Duration,
     /// Longest pause after a transient failure (5xx, 429, transport,
@@ -68,11 +89,14 @@ pub struct Timing {
 
 impl Timing {
     /// Production limits: a hung API is noticed within
-    /// `server_timeout + idle_margin + request` = 95 s.
+    /// `silence + request` = 95 s; a watch at rest is re-opened every
+    /// 5-10 min.
     pub const DEFAULT: Timing = Timing {
         request: Duration::from_secs(20),
-        server_timeout: Duration::from_secs(60),
-        idle_margin: Duration::from_secs(15),
+        watch_timeout: Duration::from_secs(300),
+        silence: Duration::from_secs(75),
+        timeout_margin: Duration::from_secs(15),
+        relist_within: Duration::from_secs(60),
         backoff_min: Duration::from_secs(1),
         backoff_max: Duration::from_secs(8),
         backoff_max_config: Duration::from_secs(30),
@@ -135,6 +159,21 @@ impl Backoff {
         self.failures = 0;
     }
 
+    fn random(&mut self) -> u64 {
+        // xorshift64: jitter needs no cryptographic quality.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        self.seed
+    }
+
+    /// A watch's `timeoutSeconds`: uniform in [min, 2 min).
+    fn watch_seconds(&mut self) -> u32 {
+        let min = self.timing.watch_timeout.as_secs().max(1);
+        let secs = min + self.random() % min;
+        u32::try_from(secs).unwrap_or(u32::MAX)
+    }
+
     /// The pause before the next attempt: min * 2^failures, capped, then
     /// 80..100 % of that so watches that failed together spread out. A
     /// 401 backs off as a transient failure: a rotated token is fixed by
@@ -147,11 +186,7 @@ impl Backoff {
         let exp = self.failures.min(16);
         self.failures = self.failures.saturating_add(1);
         let base = self.timing.backoff_min.saturating_mul(1 << exp).min(cap);
-        // xorshift64: jitter needs no cryptographic quality.
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        let pct = 80 + (self.seed % 21) as u32;
+        let pct = 80 + (self.random() % 21) as u32;
         base * pct / 100
     }
 }
@@ -172,19 +207,32 @@ fn rbac_name(resource: crate::index::Resource) -> String {
 const JUST_RESTARTED: Duration = Duration::from_secs(30);
 
 /// What the loop reports to: the index (through `ingest`) and health.
-struct Sink<'a, T>
+pub(super) struct Sink<'a, T>
 where
     Index: IndexResource<T>,
 {
-    shared: &'a Shared,
-    ingest: Ingest<T>,
+    pub(super) shared: &'a Shared,
+    pub(super) ingest: Ingest<T>,
 }
 
 impl<T> Sink<'_, T>
 where
     Index: IndexResource<T>,
 {
-    fn success(&self) {
+    /// A whole state of the scope was synced in `mode`: counted, and
+    /// said at debug level.
+    pub(super) fn synced(&self, mode: SyncMode) {
+        let resource = self.ingest.resource();
+        self.shared.health.on_sync_mode(resource, mode);
+        tracing::debug!(
+            resource = resource.as_str(),
+            scope = self.ingest.namespace(),
+            mode = mode.as_str(),
+            "whole state synced"
+        );
+    }
+
+    pub(super) fn success(&self) {
         if let Success::Recovered(after) = self.shared.health.on_success(self.ingest.watch_id()) {
             self.log_recovered(after);
         }
@@ -247,14 +295,18 @@ where
         }
     }
 
-    fn event(&mut self, ev: watcher::Event<Item<T>>) {
+    pub(super) fn event(&mut self, ev: watcher::Event<Item<T>>) {
         self.ingest.event(self.shared, ev);
     }
 }
 
 /// Lists, then watches, `api` forever, feeding trimmed objects to `ingest`.
 ///
-/// Returns only when `give_up` accepts an error met before the first list
+/// A whole state of the scope (the first sync, a relist) comes from one
+/// streaming watch-list while the server streams them
+/// ([`crate::watch::WatchList::streams`]), else from a paged list followed by a watch.
+///
+/// Returns only when `give_up` accepts an error met before the first sync
 /// succeeded (a version of a resource that is not served, a rejected
 /// selector), so the caller can try another way.
 pub async fn run<K, T, F>(
@@ -274,26 +326,32 @@ where
     let mut sink = Sink { shared, ingest };
     let mut backoff = Backoff::new(timing);
     let mut version: Option<String> = None;
-    let mut synced = false;
-    // When the scope must be listed again because a watch event could not
-    // be decoded (set by `watch`, cleared by a list).
-    let mut relist_by: Option<Instant> = None;
+    let mut progress = Progress {
+        synced: false,
+        relist_by: None,
+        beats: false,
+    };
     let mut last_watch: Option<Instant> = None;
     loop {
-        if relist_by.is_some() {
+        if progress.relist_by.is_some() {
             version = None;
         }
+        let streaming = version.is_none() && shared.watch_list.streams();
         let attempt = Instant::now();
         let rv = match version.take() {
             Some(rv) => rv,
+            // The watch-list is the list: no LIST request at all.
+            None if streaming => String::new(),
             None => match list(&mut sink, &api, &selectors, timing, &trim).await {
                 Ok(rv) => {
-                    synced = true;
-                    relist_by = None;
+                    progress.synced = true;
+                    progress.relist_by = None;
                     backoff.reset();
                     rv
                 }
-                Err(Failed::Api(err)) if !synced && give_up(&err) => return Exit::GaveUp(err),
+                Err(Failed::Api(err)) if !progress.synced && give_up(&err) => {
+                    return Exit::GaveUp(err)
+                }
                 Err(f) => {
                     sink.failure(f.reason(), "list", &f);
                     pause(shared, &mut backoff, f.reason(), attempt.elapsed()).await;
@@ -307,20 +365,75 @@ where
         }
         last_watch = Some(Instant::now());
         let attempt = Instant::now();
-        match watch(
+        let seconds = backoff.watch_seconds();
+        let opened = follow::open(&api, &selectors, timing, seconds, &rv, streaming).await;
+        let stream = match opened {
+            Ok(s) => s,
+            // A watch cache still filling answers a watch-list 429 ("storage
+            // is (re)initializing", Retry-After 1 s) while a LIST, which it
+            // hands to etcd, is answered: this one sync is paged, at once.
+            Err(Failed::Api(err)) if streaming && follow::cache_initializing(&err) => {
+                tracing::debug!(
+                    resource = sink.ingest.resource().as_str(),
+                    error = %err,
+                    "the watch cache is initializing; this sync is a paged list"
+                );
+                version = Some(
+                    match list(&mut sink, &api, &selectors, timing, &trim).await {
+                        Ok(rv) => {
+                            progress.synced = true;
+                            progress.relist_by = None;
+                            backoff.reset();
+                            rv
+                        }
+                        Err(f) => {
+                            sink.failure(f.reason(), "list", &f);
+                            pause(shared, &mut backoff, f.reason(), attempt.elapsed()).await;
+                            continue;
+                        }
+                    },
+                );
+                continue;
+            }
+            Err(Failed::Api(err)) if streaming && follow::rejects_streaming(&err) => {
+                shared.watch_list.fall_back(
+                    sink.ingest.resource(),
+                    &format!("the watch-list was refused: {err}"),
+                );
+                continue;
+            }
+            Err(Failed::Api(err)) if !progress.synced && give_up(&err) => return Exit::GaveUp(err),
+            Err(f) => {
+                sink.failure(f.reason(), "watch", &f);
+                if !streaming && f.reason() != ErrorReason::Gone {
+                    version = Some(rv);
+                }
+                pause(shared, &mut backoff, f.reason(), attempt.elapsed()).await;
+                continue;
+            }
+        };
+        sink.success();
+        let initial = streaming.then_some(Initial {
+            backoff: &mut backoff,
+        });
+        match follow::follow(
             &mut sink,
-            &api,
-            &selectors,
+            stream,
             timing,
+            seconds,
             &trim,
             rv,
-            &mut relist_by,
+            &mut progress,
+            initial,
         )
         .await
         {
             WatchEnd::Resume(rv) => {
                 backoff.reset();
                 version = Some(rv);
+            }
+            WatchEnd::NotStreaming(why) => {
+                shared.watch_list.fall_back(sink.ingest.resource(), why);
             }
             WatchEnd::Failed(f, resume) => {
                 sink.failure(f.reason(), "watch", &f);
@@ -330,6 +443,33 @@ where
                 pause(shared, &mut backoff, f.reason(), attempt.elapsed()).await;
             }
         }
+    }
+}
+
+/// What the loop has learned of its scope, kept across watches.
+pub(super) struct Progress {
+    /// A whole state has been synced once.
+    pub(super) synced: bool,
+    /// When the scope must be listed again because a watch event could not
+    /// be decoded (set by `follow`, cleared by a whole sync).
+    pub(super) relist_by: Option<Instant>,
+    /// A watch of this scope has had a bookmark that was not the end of
+    /// initial events: the server sends them, so a silence is a fault.
+    pub(super) beats: bool,
+}
+
+/// The part of the loop a streaming watch-list resets when its initial
+/// events end.
+pub(super) struct Initial<'a> {
+    backoff: &'a mut Backoff,
+}
+
+impl Initial<'_> {
+    /// The initial events ended: the watch holds the whole truth.
+    pub(super) fn done(self, progress: &mut Progress) {
+        progress.synced = true;
+        progress.relist_by = None;
+        self.backoff.reset();
     }
 }
 
@@ -356,7 +496,7 @@ async fn pause(shared: &Shared, backoff: &mut Backoff, reason: ErrorReason, took
 
 /// A failed request.
 #[derive(Debug, thiserror::Error)]
-enum Failed {
+pub(super) enum Failed {
     #[error("{0}")]
     Api(#[source] kube::Error),
     #[error("no answer within {0:?}")]
@@ -379,7 +519,7 @@ impl Failed {
     }
 }
 
-async fn bounded<F: std::future::Future<Output = Result<O, kube::Error>>, O>(
+pub(super) async fn bounded<F: std::future::Future<Output = Result<O, kube::Error>>, O>(
     limit: Duration,
     f: F,
 ) -> Result<O, Failed> {
@@ -426,153 +566,22 @@ where
             Some(token) => params = params.continue_token(&token),
             None => {
                 sink.event(watcher::Event::InitDone);
+                sink.synced(SyncMode::Paged);
                 return Ok(page.metadata.resource_version.unwrap_or_default());
             }
         }
     }
 }
 
-enum WatchEnd {
+/// How a watch ended.
+pub(super) enum WatchEnd {
     /// The stream ended or went quiet: watch again from this version.
     Resume(String),
     /// A request or the stream failed; resume from the version if any.
     Failed(Failed, Option<String>),
-}
-
-/// True for an error of one watch line that is not the stream's: the
-/// line was not a watch event. kube-client reports a line that fails to
-/// decode as an event but decodes as a `Status` as `Error::Api` of that
-/// status, and `Status` has only defaulted fields, so any JSON object
-/// does: code 0 is what such a line gives, never what a server sends in
-/// a Status (those come as ERROR events, handled apart).
-fn undecodable(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::SerdeError(_) => true,
-        kube::Error::Api(status) => status.code == 0,
-        _ => false,
-    }
-}
-
-async fn watch<K, T, F>(
-    sink: &mut Sink<'_, T>,
-    api: &Api<K>,
-    selectors: &Selectors,
-    timing: Timing,
-    trim: &F,
-    mut rv: String,
-    relist_by: &mut Option<Instant>,
-) -> WatchEnd
-where
-    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-    Index: IndexResource<T>,
-    F: Fn(&K) -> Item<T>,
-{
-    let secs = u32::try_from(timing.server_timeout.as_secs()).unwrap_or(60);
-    let mut params = WatchParams::default().timeout(secs);
-    if let Some(l) = selectors.labels {
-        params = params.labels(l);
-    }
-    if let Some(f) = selectors.fields {
-        params = params.fields(f);
-    }
-    let stream = match bounded(timing.request, api.watch(&params, &rv)).await {
-        Ok(s) => s,
-        Err(f) => return WatchEnd::Failed(f, Some(rv)),
-    };
-    sink.success();
-    let opened = Instant::now();
-    // Anything at all (an event, a bookmark, an undecodable line): the
-    // stream carried data, so its end is not a proxy closing at once.
-    let mut delivered = false;
-    futures::pin_mut!(stream);
-    let idle = timing.server_timeout + timing.idle_margin;
-    loop {
-        // A relist that is due ends the watch even if it keeps streaming
-        // (a server or proxy that ignores `timeoutSeconds`).
-        let wait = match *relist_by {
-            Some(by) => by.saturating_duration_since(Instant::now()).min(idle),
-            None => idle,
-        };
-        let item = match tokio::time::timeout(wait, stream.next()).await {
-            Err(_) if relist_by.is_some_and(|by| by <= Instant::now()) => {
-                tracing::info!(
-                    resource = sink.ingest.resource().as_str(),
-                    scope = sink.ingest.namespace(),
-                    "relisting after an undecodable watch event"
-                );
-                return WatchEnd::Resume(rv);
-            }
-            Err(_) => {
-                tracing::debug!(
-                    resource = sink.ingest.resource().as_str(),
-                    "watch silent past its server timeout; restarting it"
-                );
-                // The server should have closed it: its connection may be
-                // half-open, so the restart must not queue on it.
-                sink.shared.api.reset_connections();
-                return WatchEnd::Resume(rv);
-            }
-            Ok(None) => {
-                let lasted = opened.elapsed();
-                if !delivered && lasted < timing.watch_min_interval {
-                    return WatchEnd::Failed(Failed::ClosedAtOnce(lasted), Some(rv));
-                }
-                return WatchEnd::Resume(rv);
-            }
-            Ok(Some(item)) => item,
-        };
-        delivered = true;
-        match item {
-            Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
-                if let Some(v) = o.meta().resource_version.clone() {
-                    rv = v;
-                }
-                sink.success();
-                sink.event(watcher::Event::Apply(trim(&o)));
-            }
-            Ok(WatchEvent::Deleted(o)) => {
-                if let Some(v) = o.meta().resource_version.clone() {
-                    rv = v;
-                }
-                sink.success();
-                sink.event(watcher::Event::Delete(trim(&o)));
-            }
-            Ok(WatchEvent::Bookmark(b)) => {
-                rv = b.metadata.resource_version;
-                sink.success();
-            }
-            Ok(WatchEvent::Error(status)) => {
-                let f = Failed::Status {
-                    code: status.code,
-                    message: status.message.clone(),
-                };
-                return WatchEnd::Failed(f, Some(rv));
-            }
-            // One undecodable line loses one change, not the stream: count
-            // it, go on, and mark the scope for a relist, the one thing
-            // that repairs what the lost change would have said (a lost
-            // DELETED is otherwise a ghost for as long as the process
-            // runs). Not at once: the rest of the stream is still good,
-            // and a relist per bad line could list a large scope without
-            // pause; at most one server timeout later, which also bounds
-            // the relists a stream of bad lines can cause.
-            Err(e) if undecodable(&e) => {
-                let resource = sink.ingest.resource();
-                sink.shared
-                    .health
-                    .count_error(resource, ErrorReason::Decode);
-                let by = *relist_by.get_or_insert_with(|| Instant::now() + timing.server_timeout);
-                tracing::warn!(
-                    resource = resource.as_str(),
-                    scope = sink.ingest.namespace(),
-                    error = %e,
-                    relist_in_seconds = by.saturating_duration_since(Instant::now()).as_secs(),
-                    "undecodable watch event skipped; the scope is relisted when this watch ends"
-                );
-            }
-            Err(e) => return WatchEnd::Failed(Failed::Api(e), Some(rv)),
-        }
-    }
+    /// A watch-list did not stream its initial events as asked (the
+    /// server ignores `sendInitialEvents`): list in pages from now on.
+    NotStreaming(&'static str),
 }
 
 #[cfg(test)]
@@ -601,6 +610,18 @@ mod tests {
     #[test]
     fn hung_api_detection_bound_is_under_two_minutes() {
         let t = Timing::DEFAULT;
-        assert!(t.server_timeout + t.idle_margin + t.request < Duration::from_secs(120));
+        assert!(t.silence + t.request < Duration::from_secs(120));
+    }
+
+    #[test]
+    fn watch_timeouts_spread_over_five_to_ten_minutes() {
+        let mut b = Backoff::new(Timing::DEFAULT);
+        let asked: Vec<u32> = (0..200).map(|_| b.watch_seconds()).collect();
+        assert!(asked.iter().all(|s| (300..600).contains(s)), "{asked:?}");
+        let low = asked.iter().filter(|s| **s < 450).count();
+        assert!(
+            (50..150).contains(&low),
+            "spread over the range: {low} of 200 below 450"
+        );
     }
 }

@@ -7,11 +7,13 @@
 //! Where each resource is served comes from the resource table
 //! ([`Resource::spec`]).
 
+mod follow;
 pub mod ingest;
 pub mod list_watch;
 pub mod slim;
 pub mod trim;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use kube::api::{Api, ApiResource, GroupVersionKind};
@@ -23,6 +25,50 @@ use crate::index::{Index, IndexResource, Resource};
 use crate::shared::Shared;
 use ingest::Ingest;
 pub use list_watch::{reason_of, Exit, Selectors, Timing};
+
+pub use follow::INITIAL_EVENTS_END;
+
+/// Whether the API server streams watch-lists, learned once per process
+/// and shared by every watch: all start with a streaming watch-list, and
+/// the first sign that the server does not stream one (it refuses the
+/// parameters, or answers an ordinary watch) makes every watch list in
+/// pages from then on, as client-go falls back to a list.
+#[derive(Debug)]
+pub struct WatchList {
+    paged: AtomicBool,
+}
+
+impl Default for WatchList {
+    fn default() -> Self {
+        WatchList {
+            paged: AtomicBool::new(false),
+        }
+    }
+}
+
+impl WatchList {
+    /// True while whole states come from streaming watch-lists.
+    pub fn streams(&self) -> bool {
+        !self.paged.load(Ordering::Relaxed)
+    }
+
+    /// Lists in pages from the start (`--watch-list=false`).
+    pub fn disable(&self) {
+        self.paged.store(true, Ordering::Relaxed);
+    }
+
+    /// The server does not stream watch-lists (`why`, seen on a watch of
+    /// `resource`): every watch lists in pages from now on; said once.
+    pub fn fall_back(&self, resource: Resource, why: &str) {
+        if !self.paged.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                resource = resource.as_str(),
+                reason = why,
+                "the API server does not stream watch-lists; every watch lists in pages of 500 instead"
+            );
+        }
+    }
+}
 
 /// The API of `resource` at `version`, in `ns` or across all namespaces.
 pub fn api_of<K>(client: &Client, ns: Option<&str>, resource: Resource, version: &str) -> Api<K>

@@ -100,37 +100,67 @@ def test_half_open_connections_are_found(cp: ControlPlane, kube: Kube, install: 
     assert took < 60, took
 
 
+@pytest.mark.parametrize("protocol", ["h2", "http1.1"])
 def test_hung_api_back_while_old_connections_stay_silent(cp: ControlPlane, kube: Kube, install: Install,
-                                                         ns: str, proxy: TcpProxy, run, tmp_path: Path) -> None:
+                                                         ns: str, run, tmp_path: Path, protocol: str) -> None:
+    """HTTP/2 (pings find the silent connection) and HTTP/1.1 (a kube-apiserver with
+    --disable-http2-serving: no pings, one connection per watch) alike: after a 95 s hang, right
+    within 10 s of the server answering new connections while the old ones stay silent."""
     lease = locked(kube, ns, "web")
-    exp = run(kubeconfig(cp, tmp_path / "kc", f"https://{proxy.address}", {"token": install.token}))
-    wait_samples(exp, [held(ns, "web", 1)], 30, "the lock seen")
-    # A hung server behind a load balancer: old connections silent, new ones accepted, silent too.
-    hang = proxy.hang_new(True)
-    proxy.freeze_existing()
-    kube.release_lock(ns, lease)
-    wait_metric(exp, lambda m: m.get("captf_lock_exporter_watch_up", resource="leases") == 0, 120,
-                "watch_up{leases} 0 while hung")
-    detected = time.monotonic() - hang
-    remaining = 95 - (time.monotonic() - hang)
-    if remaining > 0:
-        time.sleep(remaining)  # the scenario's 95 s of hang; nothing to wait on: the fault is ours
-    proxy.freeze_existing()
-    back = proxy.hang_new(False)
-    took = time_until_released(exp, ns, "web", back, 60)
-    REPORT["hang_detected_s"] = round(detected, 1)
-    REPORT["after_hang_true_again_s"] = round(took, 1)
-    print(f"hung API: watch_up 0 after {detected:.1f} s; true again {took:.1f} s after new connections work")
-    assert took <= 10, took
+    b = None
+    target = host_port(cp.url)
+    if protocol == "http1.1":
+        b = second_apiserver(cp, tmp_path / "apiserver-http1", ["--disable-http2-serving"])
+        probe = Kube(b.url, cp.admin_token, cp.ca_file)
+
+        def ready() -> bool:
+            b.check_alive()
+            try:
+                return probe.get("/readyz").status_code == 200
+            except requests.RequestException:
+                return False
+        wait_for(ready, 90, "the HTTP/1.1-only kube-apiserver /readyz", interval=0.2)
+        probe.close()
+        target = host_port(b.url)
+    proxy = TcpProxy(target).start()
+    try:
+        exp = run(kubeconfig(cp, tmp_path / "kc", f"https://{proxy.address}", {"token": install.token}))
+        wait_samples(exp, [held(ns, "web", 1)], 30, "the lock seen")
+        if protocol == "http1.1":
+            # one connection per open watch: no HTTP/2 multiplexing, so no pings either
+            assert len([c for c in proxy.connections() if c.closed is None]) >= 4, proxy.connections()
+        # A hung server behind a load balancer: old connections silent, new ones accepted, silent too.
+        hang = proxy.hang_new(True)
+        proxy.freeze_existing()
+        kube.release_lock(ns, lease)
+        wait_metric(exp, lambda m: m.get("captf_lock_exporter_watch_up", resource="leases") == 0, 120,
+                    "watch_up{leases} 0 while hung")
+        detected = time.monotonic() - hang
+        remaining = 95 - (time.monotonic() - hang)
+        if remaining > 0:
+            time.sleep(remaining)  # the scenario's 95 s of hang; nothing to wait on: the fault is ours
+        proxy.freeze_existing()
+        back = proxy.hang_new(False)
+        took = time_until_released(exp, ns, "web", back, 60)
+        suffix = "" if protocol == "h2" else "_http1"
+        REPORT["hang_detected_s" + suffix] = round(detected, 1)
+        REPORT["after_hang_true_again_s" + suffix] = round(took, 1)
+        print(f"hung API ({protocol}): watch_up 0 after {detected:.1f} s; true again {took:.1f} s after new connections work")
+        assert took <= 10, took
+    finally:
+        proxy.stop()
+        if b is not None:
+            b.stop()
 
 
-def second_apiserver(cp: ControlPlane, workdir: Path) -> KubeApiserver:
+def second_apiserver(cp: ControlPlane, workdir: Path, extra_args: list[str] | None = None) -> KubeApiserver:
     """Another kube-apiserver on the same etcd, same certificates, accepting the first one's
-    ServiceAccount tokens (its issuer)."""
+    ServiceAccount tokens (its issuer); ``extra_args`` (feature gates) on top."""
     workdir.mkdir(parents=True, exist_ok=True)
     for f in ("apiserver.crt", "apiserver.key", "sa.key", "tokens.csv", "audit-policy.yaml", "ca.crt"):
         shutil.copy(cp.workdir / f, workdir / f)
-    b = KubeApiserver(cp.kas_bin, workdir, cp.etcd.url, extra_args=[f"--service-account-issuer={cp.url}"])
+    b = KubeApiserver(cp.kas_bin, workdir, cp.etcd.url,
+                      extra_args=[f"--service-account-issuer={cp.url}", *(extra_args or [])])
     b.start()
     return b
 

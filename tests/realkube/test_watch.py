@@ -1,22 +1,27 @@
-"""Real watch behaviour (docs/contract.md 8.1): lists paged with limit/continue, quiet watches kept
-alive by bookmarks past timeoutSeconds without a relist, an etcd compaction plus a kube-apiserver
-restart forcing a relist (410), an etcd restart, a kube-apiserver restart.  After each the exposition
-converges to the truth; the convergence times and the audit-log counts go into the session report."""
+"""Real watch behaviour (docs/contract.md 8.1): a first sync by one streaming watch-list per resource
+where the server streams them (else, and with --watch-list=false, lists paged with limit/continue), a
+server whose WatchList feature is off listed in pages, quiet watches kept alive by bookmarks (no
+request at rest, none restarted by the silence limit) and resumed past timeoutSeconds without a
+relist, an etcd compaction plus a kube-apiserver restart forcing a relist (410), an etcd restart, a
+kube-apiserver restart.  After each the exposition converges to the truth; the convergence times and
+the audit-log counts go into the session report.  CAPTF_KUBE=old runs them on the older server."""
 
 from __future__ import annotations
 
 import base64
+import json
 import threading
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+import pytest
 import requests
 
 from conftest import REPORT, RESOURCES, wait_all_up
 from pykit.builders import lease, lease_name, lock_lease, pod, runner_pod_name, state_suffix, terraform_object
-from pykit.controlplane import ControlPlane, Kube
+from pykit.controlplane import KUBE_MINOR, KUBE_VERSION, ControlPlane, Kube
 from pykit.exporter import E, Exporter, Metrics, wait_metric, wait_samples
 
 M = "TerraformMachine"
@@ -33,6 +38,23 @@ def lists_and_watches(cp: ControlPlane, user: str, since: float) -> dict[str, di
         if res in out and r["verb"] in ("list", "watch"):
             out[res][r["verb"]].append(r)
     return out
+
+
+def whole_syncs(lw: dict[str, dict[str, list[dict]]], r: str) -> list[dict]:
+    """The requests that fetched a whole state of ``r``: LISTs and streaming watch-lists answered
+    200 (a server with WatchList off refuses a watch-list with 422: no sync)."""
+    ok = [x for x in lw[r]["list"] + lw[r]["watch"] if (x.get("responseStatus") or {}).get("code") == 200]
+    return [x for x in ok if x["verb"] == "list" or _query(x["requestURI"]).get("sendInitialEvents") == ["true"]]
+
+
+def sync_modes(m: Metrics) -> dict[str, dict[str, float]]:
+    return {r: {mode: m.get("captf_lock_exporter_watch_syncs_total", resource=r, mode=mode) or 0
+                for mode in ("stream", "paged")} for r in RESOURCES}
+
+
+#: kube-apiserver streams watch-lists where its WatchList feature is on: off by default in 1.33
+#: (`--help`: "WatchList=true|false (BETA - default=false)"), on in 1.36, the two versions tested
+STREAMS = KUBE_MINOR > 33
 
 
 def errors(m: Metrics) -> dict[tuple[str, str], float]:
@@ -68,12 +90,13 @@ def test_lists_of_more_than_500_are_paged(cp: ControlPlane, kube: Kube, ns: str,
     REPORT["paging_objects_created"] = {"objects": len(objs), "seconds": round(time.monotonic() - t, 1)}
     since = time.time() - 1
     t = time.monotonic()
-    exp = start_exporter()
+    exp = start_exporter(extra_args=("--watch-list", "false"))
     m = wait_metric(exp, lambda m: len(m.all("captf_state_lock_held", namespace=ns)) == n
                     and m.get("captf_state_locks_held", **{"class": "foreign"}) == held, 120,
                     f"{n} objects and {held} held locks")
     REPORT["paging_first_sync_s"] = round(time.monotonic() - t, 1)
     assert sum(1 for _, v in m.all("captf_state_lock_held", namespace=ns) if v == 1) == held
+    assert all(v["stream"] == 0 and v["paged"] >= 1 for v in sync_modes(m).values()), sync_modes(m)
     lw = lists_and_watches(cp, install.user, since)
     pages: dict[str, Any] = {}
     for r in ("leases", "pods", "terraformmachines"):
@@ -84,18 +107,137 @@ def test_lists_of_more_than_500_are_paged(cp: ControlPlane, kube: Kube, ns: str,
         assert conts, f"{r}: {n} objects listed without a continue token: {[x['requestURI'] for x in ls]}"
         assert all(x["responseStatus"]["code"] == 200 for x in ls), r
     REPORT["paging"] = pages
+    exp.stop()
+
+    # The default: one streaming watch-list per resource, no LIST, where the server streams them.
+    since = time.time()
+    t = time.monotonic()
+    exp = start_exporter()
+    m = wait_metric(exp, lambda m: len(m.all("captf_state_lock_held", namespace=ns)) == n
+                    and m.get("captf_state_locks_held", **{"class": "foreign"}) == held, 120,
+                    f"{n} objects and {held} held locks, default start")
+    took = round(time.monotonic() - t, 1)
+    lw = lists_and_watches(cp, install.user, since)
+    modes = sync_modes(m)
+    firsts = {r: _query(lw[r]["watch"][0]["requestURI"]) for r in RESOURCES if lw[r]["watch"]}
+    REPORT["watch_list_first_sync"] = {
+        "kube_apiserver": KUBE_VERSION, "first_sync_s": took, "modes": modes,
+        "lists": {r: len(lw[r]["list"]) for r in RESOURCES},
+        "first_watch_status": {r: lw[r]["watch"][0]["responseStatus"]["code"] for r in RESOURCES if lw[r]["watch"]}}
+    if STREAMS:
+        for r in RESOURCES:
+            assert lw[r]["list"] == [], f"{r}: a LIST although the server streams: {lw[r]['list'][:2]}"
+            q = firsts[r]
+            assert q.get("sendInitialEvents") == ["true"] and q.get("resourceVersionMatch") == ["NotOlderThan"] \
+                and q.get("allowWatchBookmarks") == ["true"], (r, q)
+            assert 300 <= int(q["timeoutSeconds"][0]) < 600, (r, q)
+            assert modes[r] == {"stream": 1, "paged": 0}, (r, modes)
+        assert "does not stream watch-lists" not in exp.log_text()
+    else:
+        assert all(modes[r]["paged"] >= 1 for r in RESOURCES), modes
+        assert "does not stream watch-lists" in exp.log_text()
 
 
-def test_quiet_watch_kept_alive_by_bookmarks(cp: ControlPlane, kube: Kube, ns: str, install,
-                                             start_exporter: Callable[..., Exporter]) -> None:
-    """Nothing changes for more than two server-side watch timeouts: each watch is ended by the
-    server and resumed from a newer resourceVersion (a bookmark's), never relisted; watch_up stays 1."""
+def test_a_server_with_watch_list_off_is_listed_in_pages(cp: ControlPlane, kube: Kube, ns: str, install,
+                                                       start_exporter: Callable[..., Exporter],
+                                                       tmp_path) -> None:
+    """A second kube-apiserver on the same etcd with its WatchList feature off refuses the
+    watch-list (422): every watch lists in pages, said once in the log, counted as mode=paged."""
+    from test_network import kubeconfig, second_apiserver
+    from pykit.exporter import Exporter as Exp, exporter_bin
+    from pykit.net import wait_for
+    kube.create(terraform_object(M, ns, "web"))
+    kube.create(lock_lease(ns, M, "web", who="alice@laptop"))
+    try:
+        b = second_apiserver(cp, tmp_path / "apiserver-nowl", ["--feature-gates=WatchList=false"])
+    except Exception as e:  # a version where the gate is locked on refuses the flag and exits
+        pytest.skip(f"kube-apiserver {KUBE_VERSION} does not start with WatchList=false: {e}")
+    try:
+        probe = Kube(b.url, cp.admin_token, cp.ca_file)
+
+        def ready() -> bool:
+            b.check_alive()
+            try:
+                return probe.get("/readyz").status_code == 200
+            except requests.RequestException:
+                return False
+        try:
+            wait_for(ready, 90, "kube-apiserver with WatchList=false /readyz", interval=0.2)
+        except Exception as e:
+            if b.returncode() is not None:
+                pytest.skip(f"kube-apiserver {KUBE_VERSION} does not run with WatchList=false: {b.log_text()[-400:]}")
+            raise
+        exp = Exp(exporter_bin(), kubeconfig(cp, tmp_path / "kc-b", b.url, {"token": install.token}),
+                  tmp_path / "exporter-b.log", log_level="info,captf_lock_exporter=debug")
+        exp.start()
+        try:
+            exp.wait_healthy()
+            wait_all_up(exp)
+            m = wait_samples(exp, [E("captf_state_lock_held", 1, namespace=ns, kind=M, name="web")], 30, "synced")
+            modes = sync_modes(m)
+            assert all(v == {"stream": 0, "paged": 1} for v in modes.values()), modes
+            logs = [l for l in exp.json_logs() if "does not stream watch-lists" in json.dumps(l)]
+            assert len(logs) == 1, logs
+            assert "refused" in json.dumps(logs[0]), logs[0]
+            REPORT["watch_list_off_fallback"] = {"kube_apiserver": KUBE_VERSION, "modes": modes,
+                                                 "log": logs[0].get("fields", logs[0])}
+        finally:
+            exp.stop()
+        probe.close()
+    finally:
+        b.stop()
+
+
+def test_an_exporter_at_rest_makes_no_request(cp: ControlPlane, kube: Kube, ns: str, install,
+                                              start_exporter: Callable[..., Exporter]) -> None:
+    """Nothing changes for 150 s, twice the 75 s silence limit, with the default 5-10 min watch
+    timeouts: no request at all reaches the server (audit log), no watch is restarted by the
+    silence limit, watch_up stays 1. The Leases' last success still moves: the server's own
+    identity Lease renews every 10 s, so its watch cache sends bookmarks (about one a minute);
+    a resource nothing writes gets none (measured: its last success stays, docs/decisions/watch-start.md)."""
     kube.create(terraform_object(M, ns, "web"))
     kube.create(lock_lease(ns, M, "web", who="alice@laptop"))
     exp = start_exporter()
     wait_samples(exp, [E("captf_state_lock_held", 1, namespace=ns, kind=M, name="web")], 30, "synced")
     m0 = exp.scrape()
     since = time.time()
+    t0 = time.monotonic()
+    downs: list[tuple[float, str]] = []
+    while time.monotonic() - t0 < 150:
+        m = exp.scrape()
+        for r in RESOURCES:
+            if m.get("captf_lock_exporter_watch_up", resource=r) != 1:
+                downs.append((round(time.monotonic() - t0, 1), r))
+        time.sleep(5)  # sampling the window, not waiting for a result
+    window = time.monotonic() - t0
+    m1 = exp.scrape()
+    reqs = cp.requests_of(install.user, since)
+    assert downs == [], f"watch_up dropped at rest: {downs[:10]}"
+    assert errors(m1) == errors(m0), (errors(m0), errors(m1))
+    silent = [l for l in exp.json_logs() if "watch silent" in json.dumps(l)]
+    assert silent == [], f"a healthy quiet watch was restarted by the silence limit: {silent[:3]}"
+    assert reqs == [], [(r["verb"], r["requestURI"]) for r in reqs]
+    moved = {}
+    for r in RESOURCES:
+        before = m0.get("captf_lock_exporter_watch_last_success_timestamp_seconds", resource=r)
+        after = m1.get("captf_lock_exporter_watch_last_success_timestamp_seconds", resource=r)
+        moved[r] = round(after - before, 1)
+    REPORT["at_rest"] = {"kube_apiserver": KUBE_VERSION, "window_s": round(window, 1), "requests": len(reqs),
+                         "last_success_moved_s": moved}
+    # contract 7.4: the last success moves with bookmarks, also when nothing of ours changes
+    assert moved["leases"] >= 50, moved
+
+
+def test_quiet_watch_resumed_past_its_timeout_without_a_relist(cp: ControlPlane, kube: Kube, ns: str, install,
+                                                               start_exporter: Callable[..., Exporter]) -> None:
+    """Watch timeouts of 30-60 s (--watch-timeout 30s): each watch is ended by the server and
+    resumed from a newer resourceVersion (a bookmark's), never synced whole again; watch_up stays 1."""
+    kube.create(terraform_object(M, ns, "web"))
+    kube.create(lock_lease(ns, M, "web", who="alice@laptop"))
+    since = time.time()
+    exp = start_exporter(extra_args=("--watch-timeout", "30s"))
+    wait_samples(exp, [E("captf_state_lock_held", 1, namespace=ns, kind=M, name="web")], 30, "synced")
+    m0 = exp.scrape()
     t0 = time.monotonic()
     downs: list[tuple[float, str]] = []
 
@@ -105,35 +247,32 @@ def test_quiet_watch_kept_alive_by_bookmarks(cp: ControlPlane, kube: Kube, ns: s
             if m.get("captf_lock_exporter_watch_up", resource=r) != 1:
                 downs.append((time.monotonic() - t0, r))
         lw = lists_and_watches(cp, install.user, since)
-        return all(len(lw[r]["watch"]) >= 2 for r in RESOURCES)
+        return all(len(lw[r]["watch"]) >= 3 for r in RESOURCES)
     from pykit.net import wait_for
     wait_for(resumed_twice, 240, "two watch restarts per resource", interval=1.0)
     window = time.monotonic() - t0
     m1 = exp.scrape()
     lw = lists_and_watches(cp, install.user, since)
     assert downs == [], f"watch_up dropped during a quiet period: {downs[:10]}"
-    assert all(lw[r]["list"] == [] for r in RESOURCES), {r: len(lw[r]["list"]) for r in RESOURCES}
+    assert all(len(whole_syncs(lw, r)) == 1 for r in RESOURCES), {r: len(whole_syncs(lw, r)) for r in RESOURCES}
     assert errors(m1) == errors(m0), (errors(m0), errors(m1))
-    # contract 7.4: the last success moves with watch starts and bookmarks, also when nothing changes
-    for r in RESOURCES:
-        before = m0.get("captf_lock_exporter_watch_last_success_timestamp_seconds", resource=r)
-        after = m1.get("captf_lock_exporter_watch_last_success_timestamp_seconds", resource=r)
-        assert before and after and after >= before + 50, (r, before, after)
     detail = {}
     advanced = 0
     for r in RESOURCES:
         qs = [_query(x["requestURI"]) for x in lw[r]["watch"]]
         assert all(q.get("allowWatchBookmarks") == ["true"] for q in qs), (r, qs)
-        rvs = [int(q["resourceVersion"][0]) for q in qs if q.get("resourceVersion")]
-        assert len(rvs) == len(qs), (r, qs)
-        detail[r] = {"watches": len(qs), "resourceVersions": rvs, "timeoutSeconds": qs[0].get("timeoutSeconds")}
+        resumed = [q for q in qs if q.get("sendInitialEvents") != ["true"]]
+        assert all(30 <= int(q["timeoutSeconds"][0]) < 60 for q in qs), (r, qs)
+        rvs = [int(q["resourceVersion"][0]) for q in resumed if q.get("resourceVersion")]
+        assert len(rvs) == len(resumed) >= 2, (r, qs)
+        detail[r] = {"watches": len(qs), "resourceVersions": rvs, "timeoutSeconds": [q["timeoutSeconds"][0] for q in qs]}
         advanced += rvs[-1] > rvs[0]
     # the kube-apiserver's own identity Lease renews every 10 s, so the store's revision moves while
     # none of the exporter's objects change: a watch resumed from a newer revision got a bookmark
     assert advanced >= 1, detail
     reqs = cp.requests_of(install.user, since)
     REPORT["quiet_watch"] = {"window_s": round(window, 1), "resumed_from_newer_rv": advanced,
-                             "requests": len(reqs), "requests_per_minute_at_rest": round(len(reqs) / window * 60, 1),
+                             "requests": len(reqs),
                              "detail": {r: {k: v for k, v in d.items() if k != "resourceVersions"}
                                         for r, d in detail.items()}}
 
@@ -190,7 +329,7 @@ def test_kube_apiserver_restart(cp: ControlPlane, kube: Kube, ns: str, install, 
     out = _restart_scenario(cp, kube, ns, exporter, "kube-apiserver restart", restart, True)
     assert any(k.endswith("/transport") for k in out["watch_errors_delta"]), out
     lw = lists_and_watches(cp, install.user, since)
-    out["relisted"] = [r for r in RESOURCES if lw[r]["list"]]
+    out["relisted"] = [r for r in RESOURCES if whole_syncs(lw, r)]
 
 
 def test_etcd_restart(cp: ControlPlane, kube: Kube, ns: str, install, exporter: Exporter) -> None:
@@ -205,7 +344,7 @@ def test_etcd_restart(cp: ControlPlane, kube: Kube, ns: str, install, exporter: 
         cp.wait_ready()
     out = _restart_scenario(cp, kube, ns, exporter, "etcd restart", restart, False)
     lw = lists_and_watches(cp, install.user, since)
-    out["relisted"] = [r for r in RESOURCES if lw[r]["list"]]
+    out["relisted"] = [r for r in RESOURCES if whole_syncs(lw, r)]
 
 
 def test_compaction_and_apiserver_restart_force_a_relist(cp: ControlPlane, kube: Kube, ns: str, install,
@@ -224,7 +363,7 @@ def test_compaction_and_apiserver_restart_force_a_relist(cp: ControlPlane, kube:
     out = _restart_scenario(cp, kube, ns, exporter, "etcd compaction + kube-apiserver restart",
                             compact_and_restart, True)
     lw = lists_and_watches(cp, install.user, since)
-    relisted = [r for r in RESOURCES if lw[r]["list"]]
+    relisted = [r for r in RESOURCES if whole_syncs(lw, r)]
     gone_watches = [r for r in RESOURCES for w in lw[r]["watch"] if (w.get("responseStatus") or {}).get("code") == 410]
     out.update(relisted=relisted, compacted_at=info["compacted_at"], http_410_watches=sorted(set(gone_watches)))
     assert set(relisted) == set(RESOURCES), f"every resource must relist after its resourceVersion expired: {out}"

@@ -87,10 +87,17 @@ pub type Script = dyn Fn(&str, bool, usize) -> Reply + Send + Sync;
 pub struct FakeApi {
     script: Arc<Script>,
     calls: Arc<Mutex<HashMap<(String, bool), usize>>>,
-    /// Every request: method and path with query.
+    /// Every request the script answered: method and path with query.
     pub log: Arc<Mutex<Vec<(Method, String)>>>,
+    /// Every watch-list refused with 422 (a server that does not stream).
+    pub refused: Arc<Mutex<Vec<(Method, String)>>>,
     // Keeps hanging watch streams open until the test ends.
     open: Arc<Mutex<Vec<FrameSender>>>,
+    /// False: a watch-list (`sendInitialEvents=true`) is refused with 422
+    /// before the script sees it, as a kube-apiserver with its WatchList
+    /// feature off refuses it, and the exporter lists in pages. True: the
+    /// script answers it.
+    streams: bool,
 }
 
 impl FakeApi {
@@ -99,7 +106,17 @@ impl FakeApi {
             script: Arc::new(script),
             calls: Default::default(),
             log: Default::default(),
+            refused: Default::default(),
             open: Default::default(),
+            streams: false,
+        }
+    }
+
+    /// A scripted server whose script answers watch-lists too.
+    pub fn streaming(script: impl Fn(&str, bool, usize) -> Reply + Send + Sync + 'static) -> Self {
+        FakeApi {
+            streams: true,
+            ..FakeApi::new(script)
         }
     }
 
@@ -109,11 +126,30 @@ impl FakeApi {
     ) -> Option<Response<BoxBody<Bytes, BodyError>>> {
         let path = req.uri().path().to_string();
         let query = req.uri().query().unwrap_or("").to_string();
+        let is_watch = query.contains("watch=true");
+        if !self.streams && query.contains("sendInitialEvents=true") {
+            self.refused
+                .lock()
+                .unwrap()
+                .push((req.method().clone(), format!("{path}?{query}")));
+            let mut refusal = status(422, "Invalid");
+            refusal["message"] = json!("ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled");
+            return Some(
+                Response::builder()
+                    .status(422)
+                    .header("content-type", "application/json")
+                    .body(
+                        Full::new(Bytes::from(refusal.to_string()))
+                            .map_err(|never| match never {})
+                            .boxed(),
+                    )
+                    .unwrap(),
+            );
+        }
         self.log
             .lock()
             .unwrap()
             .push((req.method().clone(), format!("{path}?{query}")));
-        let is_watch = query.contains("watch=true");
         let n = {
             let mut c = self.calls.lock().unwrap();
             let e = c.entry((path.clone(), is_watch)).or_default();
@@ -224,7 +260,12 @@ impl FakeApi {
     pub fn assert_only_get(&self) {
         let log = self.log.lock().unwrap();
         assert!(!log.is_empty(), "the exporter made no request at all");
-        let bad: Vec<_> = log.iter().filter(|(m, _)| m != Method::GET).collect();
+        let refused = self.refused.lock().unwrap();
+        let bad: Vec<_> = log
+            .iter()
+            .chain(refused.iter())
+            .filter(|(m, _)| m != Method::GET)
+            .collect();
         assert!(bad.is_empty(), "non-GET requests were sent: {bad:?}");
     }
 }

@@ -14,7 +14,7 @@ Phases:
    the object, or by a workstation) and released, holder pods dying (turned Failed, or deleted),
    Terraform objects created and deleted with their lock Lease; every ``--relist-minutes`` every open
    watch is ended with a 410 Gone (a relist); the watches also end by themselves every minute (the
-   exporter asks ``timeoutSeconds=60``). The held-lock count is kept near the fleet's;
+   exporter is started with ``--watch-timeout 30s``: 30-60 s). The held-lock count is kept near the fleet's;
 4. restore: locks taken or released until as many are held as at the start, every created object
    deleted (its lock released first);
 5. quiet: no change; the series count must come back to the baseline (waited on with a deadline).
@@ -463,8 +463,10 @@ async def run(args, workdir: Path) -> int:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
         ex_log = workdir / "exporter.log"
+        # --watch-timeout 30s: watches restart every 30-60 s, as the soak has always exercised them
+        # (the default is client-go's 5-10 min)
         exporter = start([args.exporter, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
-                          "--plain-http", "--auth=none", "--log-level", "warn"], ex_log, env=env)
+                          "--plain-http", "--auth=none", "--log-level", "warn", "--watch-timeout", "30s"], ex_log, env=env)
         pid = exporter.pid
         t_start = time.monotonic()
 

@@ -1,0 +1,315 @@
+//! One watch request: opened (a plain watch from a resourceVersion, or a
+//! streaming watch-list that begins with the scope's whole state) and
+//! followed until it ends, goes silent, or fails.
+//!
+//! A streaming watch-list (`sendInitialEvents=true`,
+//! `resourceVersionMatch=NotOlderThan`, bookmarks on, no resourceVersion:
+//! a consistent read, as client-go's reflector asks it) sends every object
+//! as ADDED and then a BOOKMARK annotated `k8s.io/initial-events-end:
+//! "true"` that carries the state's resourceVersion. The ADDED objects are
+//! buffered like the pages of a list and replace the scope's content at
+//! that bookmark, at once: a scrape never sees a half-synced resource. From
+//! there on the same request is an ordinary watch.
+//!
+//! A server that ignores the parameters (older than 1.27, or a proxy that
+//! drops them) answers an ordinary watch instead: changes (MODIFIED,
+//! DELETED) or a bookmark without the annotation before any
+//! initial-events-end, an end of the stream, or silence after its
+//! objects. Each ends the attempt as [`WatchEnd::NotStreaming`] and the
+//! loop lists in pages from then on.
+
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use kube::api::{Api, WatchEvent, WatchParams};
+use kube::runtime::watcher;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use super::list_watch::{
+    bounded, Failed, Initial, Item, Progress, Selectors, Sink, Timing, WatchEnd,
+};
+use crate::health::{ErrorReason, SyncMode};
+use crate::index::{Index, IndexResource};
+
+/// The annotation on the bookmark that ends a watch-list's initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// The events of one open watch.
+pub(super) type Events<K> = BoxStream<'static, Result<WatchEvent<K>, kube::Error>>;
+
+/// True when the server refused a watch-list for its parameters: 422
+/// (`sendInitialEvents` is forbidden while the server's WatchList feature
+/// is off), or a 400 that names them. Anything else (403, 404, a 400 for
+/// a field selector) is the request's own answer.
+pub(super) fn rejects_streaming(err: &kube::Error) -> bool {
+    match err {
+        kube::Error::Api(s) => {
+            s.code == 422
+                || s.code == 400
+                    && (s.message.contains("sendInitialEvents")
+                        || s.message.contains("resourceVersionMatch"))
+        }
+        _ => false,
+    }
+}
+
+/// True for the 429 of a watch cache that is still being filled (a CRD
+/// just created, a kube-apiserver just started): kube-apiserver hands a
+/// LIST to etcd meanwhile, but refuses a watch-list.
+pub(super) fn cache_initializing(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(s) if s.code == 429 && s.message.contains("initializing"))
+}
+
+/// Opens a watch: from `rv`, or (`streaming`) a watch-list of the whole
+/// state. `seconds` is the `timeoutSeconds` asked.
+pub(super) async fn open<K>(
+    api: &Api<K>,
+    selectors: &Selectors,
+    timing: Timing,
+    seconds: u32,
+    rv: &str,
+    streaming: bool,
+) -> Result<Events<K>, Failed>
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let mut params = WatchParams::default().timeout(seconds);
+    if streaming {
+        params = params.initial_events();
+    }
+    if let Some(l) = selectors.labels {
+        params = params.labels(l);
+    }
+    if let Some(f) = selectors.fields {
+        params = params.fields(f);
+    }
+    let stream = bounded(timing.request, api.watch(&params, rv)).await?;
+    Ok(stream.boxed())
+}
+
+/// True for an error of one watch line that is not the stream's: the
+/// line was not a watch event. kube-client reports a line that fails to
+/// decode as an event but decodes as a `Status` as `Error::Api` of that
+/// status, and `Status` has only defaulted fields, so any JSON object
+/// does: code 0 is what such a line gives, never what a server sends in
+/// a Status (those come as ERROR events, handled apart).
+fn undecodable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::SerdeError(_) => true,
+        kube::Error::Api(status) => status.code == 0,
+        _ => false,
+    }
+}
+
+/// How long a watch may stay silent before it is restarted. kube-apiserver
+/// sends a watch a bookmark about once a minute, but only for a resource
+/// whose watch cache has seen a change since it started (a CRD nothing
+/// writes gets none: measured on 1.33 and 1.36). So: [`Timing::silence`]
+/// once the scope's watches have had a bookmark (`beats`), or on a
+/// connection no ping watches (HTTP/1.1, or nothing known yet); otherwise
+/// HTTP/2 pings find a dead connection and the limit is the watch's own
+/// timeout plus [`Timing::timeout_margin`] (the server should have ended
+/// it by then).
+fn silence_limit(
+    shared: &crate::shared::Shared,
+    timing: Timing,
+    seconds: u32,
+    beats: bool,
+) -> std::time::Duration {
+    if beats || shared.api.unpinged() {
+        timing.silence
+    } else {
+        std::time::Duration::from_secs(u64::from(seconds)) + timing.timeout_margin
+    }
+}
+
+/// Follows an open watch until it ends. With `initial` (a watch-list) the
+/// first events are the scope's whole state, buffered until the
+/// initial-events-end bookmark.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn follow<K, T, F>(
+    sink: &mut Sink<'_, T>,
+    stream: Events<K>,
+    timing: Timing,
+    seconds: u32,
+    trim: &F,
+    mut rv: String,
+    progress: &mut Progress,
+    mut initial: Option<Initial<'_>>,
+) -> WatchEnd
+where
+    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    Index: IndexResource<T>,
+    F: Fn(&K) -> Item<T>,
+{
+    let opened = Instant::now();
+    // Anything at all (an event, a bookmark, an undecodable line): the
+    // stream carried data, so its end is not a proxy closing at once.
+    let mut delivered = false;
+    // An initial event that could not be decoded: the state synced at the
+    // end bookmark lacks it, so it is relisted soon after.
+    let mut initial_lost = false;
+    let mut stream = stream;
+    if initial.is_some() {
+        sink.event(watcher::Event::Init);
+    }
+    loop {
+        // Initial events come back to back; a silence between them is a
+        // server that does not stream (or a hung one: the paged list that
+        // follows will say so).
+        let limit = if initial.is_some() {
+            timing.request
+        } else {
+            silence_limit(sink.shared, timing, seconds, progress.beats)
+        };
+        // A relist that is due ends the watch even if it keeps streaming
+        // (a server or proxy that ignores `timeoutSeconds`).
+        let wait = match progress.relist_by {
+            Some(by) => by.saturating_duration_since(Instant::now()).min(limit),
+            None => limit,
+        };
+        let item = match tokio::time::timeout(wait, stream.next()).await {
+            Err(_) if initial.is_some() => {
+                return WatchEnd::NotStreaming(
+                    "no initial-events-end bookmark came (the server does not stream watch-lists)",
+                );
+            }
+            Err(_) if progress.relist_by.is_some_and(|by| by <= Instant::now()) => {
+                tracing::info!(
+                    resource = sink.ingest.resource().as_str(),
+                    scope = sink.ingest.namespace(),
+                    "relisting after an undecodable watch event"
+                );
+                return WatchEnd::Resume(rv);
+            }
+            Err(_) => {
+                tracing::info!(
+                    resource = sink.ingest.resource().as_str(),
+                    scope = sink.ingest.namespace(),
+                    silent_seconds = timing.silence.as_secs(),
+                    "watch silent (no event, no bookmark); restarting it on a new connection"
+                );
+                // Its connection may be half-open (or, over HTTP/1.1 with
+                // no pings, hung): the restart must not queue on it.
+                sink.shared.api.reset_connections();
+                return WatchEnd::Resume(rv);
+            }
+            Ok(None) if initial.is_some() => {
+                // Ended before its initial events did: a server that
+                // streams ends a watch-list there only when it goes away
+                // (a restart: the paged list will say so), one that does
+                // not closes ordinary watches so.
+                return WatchEnd::NotStreaming(
+                    "the watch-list ended before its initial-events-end bookmark",
+                );
+            }
+            Ok(None) => {
+                let lasted = opened.elapsed();
+                if !delivered && lasted < timing.watch_min_interval {
+                    return WatchEnd::Failed(Failed::ClosedAtOnce(lasted), Some(rv));
+                }
+                return WatchEnd::Resume(rv);
+            }
+            Ok(Some(item)) => item,
+        };
+        delivered = true;
+        match item {
+            Ok(WatchEvent::Added(o)) if initial.is_some() => {
+                sink.event(watcher::Event::InitApply(trim(&o)));
+            }
+            Ok(WatchEvent::Modified(_) | WatchEvent::Deleted(_)) if initial.is_some() => {
+                return WatchEnd::NotStreaming(
+                    "a change came before the initial-events-end bookmark (the server ignores sendInitialEvents)",
+                );
+            }
+            Ok(WatchEvent::Bookmark(b))
+                if initial.is_some()
+                    && b.metadata
+                        .annotations
+                        .get(INITIAL_EVENTS_END)
+                        .map(String::as_str)
+                        != Some("true") =>
+            {
+                // A streaming server sends no other bookmark before that
+                // one: this is an ordinary watch.
+                return WatchEnd::NotStreaming(
+                    "a bookmark without initial-events-end came first (the server ignores sendInitialEvents)",
+                );
+            }
+            Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
+                if let Some(v) = o.meta().resource_version.clone() {
+                    rv = v;
+                }
+                sink.success();
+                sink.event(watcher::Event::Apply(trim(&o)));
+            }
+            Ok(WatchEvent::Deleted(o)) => {
+                if let Some(v) = o.meta().resource_version.clone() {
+                    rv = v;
+                }
+                sink.success();
+                sink.event(watcher::Event::Delete(trim(&o)));
+            }
+            Ok(WatchEvent::Bookmark(b)) => {
+                let end = b
+                    .metadata
+                    .annotations
+                    .get(INITIAL_EVENTS_END)
+                    .is_some_and(|v| v == "true");
+                rv = b.metadata.resource_version;
+                if !end {
+                    progress.beats = true;
+                }
+                if end {
+                    if let Some(init) = initial.take() {
+                        sink.event(watcher::Event::InitDone);
+                        sink.synced(SyncMode::Stream);
+                        init.done(progress);
+                        if initial_lost {
+                            progress.relist_by = Some(Instant::now() + timing.relist_within);
+                        }
+                    }
+                }
+                sink.success();
+            }
+            Ok(WatchEvent::Error(status)) => {
+                let f = Failed::Status {
+                    code: status.code,
+                    message: status.message.clone(),
+                };
+                let resume = if initial.is_some() { None } else { Some(rv) };
+                return WatchEnd::Failed(f, resume);
+            }
+            // One undecodable line loses one change, not the stream: count
+            // it, go on, and mark the scope for a relist, the one thing
+            // that repairs what the lost change would have said (a lost
+            // DELETED is otherwise a ghost for as long as the process
+            // runs). Not at once: the rest of the stream is still good,
+            // and a relist per bad line could list a large scope without
+            // pause; at most `relist_within` later, which also bounds the
+            // relists a stream of bad lines can cause. During the initial
+            // events the relist is due as soon as they end.
+            Err(e) if undecodable(&e) => {
+                let resource = sink.ingest.resource();
+                sink.shared
+                    .health
+                    .count_error(resource, ErrorReason::Decode);
+                initial_lost |= initial.is_some();
+                let by = *progress
+                    .relist_by
+                    .get_or_insert_with(|| Instant::now() + timing.relist_within);
+                tracing::warn!(
+                    resource = resource.as_str(),
+                    scope = sink.ingest.namespace(),
+                    error = %e,
+                    relist_in_seconds = by.saturating_duration_since(Instant::now()).as_secs(),
+                    "undecodable watch event skipped; the scope is relisted when this watch ends"
+                );
+            }
+            Err(e) => {
+                let resume = if initial.is_some() { None } else { Some(rv) };
+                return WatchEnd::Failed(Failed::Api(e), resume);
+            }
+        }
+    }
+}
