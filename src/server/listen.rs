@@ -109,8 +109,10 @@ pub struct Config {
 }
 
 impl Config {
-    /// The production limits. 256 connections leave room for several
-    /// Prometheus replicas and humans; 10 s is Prometheus' default scrape
+    /// The production limits. 128 connections leave room for several
+    /// Prometheus replicas and humans, and since a newcomer at the cap takes
+    /// the slot of the stillest connection, more slots would only let
+    /// clients that never read pin more memory; 10 s is Prometheus' default scrape
     /// timeout; 5 s of drain fits in Kubernetes' default 30 s grace period.
     ///
     /// 30 s per response is three times Prometheus' default scrape timeout
@@ -122,7 +124,7 @@ impl Config {
     /// blocking thread, so more would only queue behind each other.
     pub const DEFAULT: Config = Config {
         header_read_timeout: Duration::from_secs(10),
-        max_connections: 256,
+        max_connections: 128,
         drain: Duration::from_secs(5),
         response_timeout: Duration::from_secs(30),
         max_page_renders: 4,
