@@ -42,7 +42,7 @@ import yaml
 from pykit import REPO
 from pykit.diagnostics import log_section
 from pykit.exporter import Exporter
-from pykit.kube import KubeEmulator, write_kubeconfig
+from pykit.kube import EXPORTER_ARGS as EMULATOR_ARGS, KubeEmulator, write_kubeconfig
 from pykit.net import WaitTimeout, wait_for
 from pykit.prometheus import PromAPI, Server, dashboard_queries, start_alertmanager, start_prometheus
 
@@ -495,7 +495,8 @@ class Stack:
                              token=sec.token, ca=str(sec.ca),
                              extra_args=("--tls-cert-file", str(sec.cert), "--tls-key-file", str(sec.key)))
             else:
-                e = Exporter(binary, self.kubeconfig, log_path, log_level=level)
+                extra = EMULATOR_ARGS if isinstance(self.kube, KubeEmulator) else ()
+                e = Exporter(binary, self.kubeconfig, log_path, log_level=level, extra_args=extra)
             if replicas > 1:
                 e.name = f"exporter-{i}"
             e.start()

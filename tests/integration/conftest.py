@@ -22,7 +22,7 @@ import pytest
 from faults import FaultProxy
 from pykit.diagnostics import log_section, on_failure
 from pykit.exporter import LATENCIES, Exporter, ExporterDied, exporter_bin
-from pykit.kube import ALL_RESOURCES, KubeEmulator, write_kubeconfig
+from pykit.kube import ALL_RESOURCES, EXPORTER_ARGS as EMULATOR_ARGS, KubeEmulator, write_kubeconfig
 
 pytest_plugins = ("pykit.pytest_hooks",)
 
@@ -73,7 +73,8 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
         # in front of it); the watches are still awaited on the emulator, behind the proxy.
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", upstream or kube.url)
         for attempt in range(3):
-            exp = Exporter(exporter_bin(), kubeconfig, tmp_path / f"exporter-{len(started)}.log", extra_args)
+            exp = Exporter(exporter_bin(), kubeconfig, tmp_path / f"exporter-{len(started)}.log",
+                           (*EMULATOR_ARGS, *extra_args))
             started.append(exp)
             exp.start()
             try:

@@ -111,6 +111,14 @@ class Injection:
         self.active = False
 
 
+#: Flags every exporter pointed at the emulator gets. kmock ignores ``sendInitialEvents``: a
+#: watch-list request gets an ordinary watch (every object as ADDED, then changes) and never the
+#: initial-events-end bookmark, so the exporter would only fall back to paged lists after its
+#: silence limit. A real kube-apiserver either streams or refuses the parameters (tests/realkube
+#: covers both); against the emulator the tests list in pages from the start.
+EXPORTER_ARGS: tuple[str, ...] = ("--watch-list=false",)
+
+
 class KubeEmulator(LoopThread):
     """kmock's KubernetesEmulator on a real 127.0.0.1 port, driven from a background thread."""
 
