@@ -73,7 +73,11 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
         # in front of it); the watches are still awaited on the emulator, behind the proxy.
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", upstream or kube.url)
         for attempt in range(3):
-            exp = Exporter(exporter_bin(), kubeconfig, tmp_path / f"exporter-{len(started)}.log", extra_args)
+            # kmock's emulator ignores sendInitialEvents and sends no bookmark: the exporter would
+            # fall back to paged lists after 20 s of silence; it is told so at once
+            # (the fallback itself is tested in tests/watch_list.rs and on the real 1.33 server)
+            exp = Exporter(exporter_bin(), kubeconfig, tmp_path / f"exporter-{len(started)}.log",
+                           ("--watch-list", "false", *extra_args))
             started.append(exp)
             exp.start()
             try:
