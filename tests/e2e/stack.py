@@ -461,7 +461,9 @@ class Stack:
         level = os.environ.get("E2E_EXPORTER_LOG_LEVEL", "info")
         for i in range(1, replicas + 1):
             log_path = self.tmp / ("exporter.log" if replicas == 1 else f"exporter-{i}.log")
-            e = Exporter(binary, self.kubeconfig, log_path, log_level=level)
+            # kmock ignores sendInitialEvents and sends no bookmark: paged lists from the start
+            # (the exporter would fall back after 20 s)
+            e = Exporter(binary, self.kubeconfig, log_path, ("--watch-list", "false"), log_level=level)
             if replicas > 1:
                 e.name = f"exporter-{i}"
             e.start()
