@@ -20,6 +20,7 @@ import pytest
 import requests
 
 from conftest import REPORT, RESOURCES, wait_all_up
+from pykit.net import wait_for
 from pykit.builders import lease, lease_name, lock_lease, pod, runner_pod_name, state_suffix, terraform_object
 from pykit.controlplane import KUBE_MINOR, KUBE_VERSION, ControlPlane, Kube
 from pykit.exporter import E, Exporter, Metrics, wait_metric, wait_samples
@@ -199,6 +200,17 @@ def test_an_exporter_at_rest_makes_no_request(cp: ControlPlane, kube: Kube, ns: 
     kube.create(lock_lease(ns, M, "web", who="alice@laptop"))
     exp = start_exporter()
     wait_samples(exp, [E("captf_state_lock_held", 1, namespace=ns, kind=M, name="web")], 30, "synced")
+    # At rest means after the start: on a server that does not stream watch-lists (1.33) a
+    # resource falls back to a paged list only after its watch-list shows it is an ordinary
+    # watch, so its LIST and watch come later than the Leases'. Wait (bounded) until every watch
+    # is up and the exporter has sent nothing for 10 s.
+    wait_all_up(exp, timeout=90)
+
+    def quiet() -> bool:
+        last = cp.requests_of(install.user, time.time() - 60)
+        return not last or time.time() - _ts(last[-1]["requestReceivedTimestamp"]) >= 10
+
+    wait_for(quiet, 90, "the exporter's start-up requests to end")
     m0 = exp.scrape()
     since = time.time()
     t0 = time.monotonic()
