@@ -455,6 +455,48 @@ fn content_length(bytes: &[u8]) -> Option<usize> {
         .map(|len: usize| len + end + 4)
 }
 
+/// A real TCP server over 10,000 held locks (about 12 MB of plain
+/// exposition: more than the kernel buffers of both ends hold, so a write
+/// to a client that does not read blocks). Dropping the sender stops it.
+async fn big_tcp_server(config: Config) -> (std::net::SocketAddr, watch::Sender<bool>) {
+    let (shared, _rx) = Shared::new();
+    hold_locks(&shared, 10_000);
+    let cache = ScrapeCache::new(shared.clone());
+    let Ok(listener) = TcpListener::bind("127.0.0.1:0").await else {
+        panic!("cannot bind a loopback port");
+    };
+    let Ok(addr) = listener.local_addr() else {
+        panic!("no local address");
+    };
+    let (stop, stop_rx) = watch::channel(false);
+    tokio::spawn(serve_with(
+        listener,
+        shared,
+        cache,
+        config,
+        Endpoint::open_plain(),
+        stop_rx,
+    ));
+    (addr, stop)
+}
+
+/// A client with a 4 KiB receive buffer that asks for /metrics and never
+/// reads.
+async fn never_reading_client(addr: std::net::SocketAddr) -> TcpStream {
+    let Ok(socket) = TcpSocket::new_v4() else {
+        panic!("no socket");
+    };
+    assert!(socket.set_recv_buffer_size(4096).is_ok());
+    let Ok(mut s) = socket.connect(addr).await else {
+        panic!("cannot connect");
+    };
+    assert!(s
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .is_ok());
+    s
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tcp_client_that_never_reads_is_dropped_at_the_deadline_and_frees_its_slot() {
     // A short deadline on real sockets; the production 30 s is checked in
@@ -467,39 +509,10 @@ async fn a_tcp_client_that_never_reads_is_dropped_at_the_deadline_and_frees_its_
         stalled_after: Duration::from_secs(3600),
         ..Config::DEFAULT
     };
-    let (shared, _rx) = Shared::new();
-    // About 12 MB of plain exposition: more than the kernel buffers of
-    // both ends hold, so the server's write blocks.
-    hold_locks(&shared, 10_000);
-    let cache = ScrapeCache::new(shared.clone());
-    let Ok(listener) = TcpListener::bind("127.0.0.1:0").await else {
-        panic!("cannot bind a loopback port");
-    };
-    let Ok(addr) = listener.local_addr() else {
-        panic!("no local address");
-    };
-    let (_stop, stop_rx) = watch::channel(false);
-    tokio::spawn(serve_with(
-        listener,
-        shared,
-        cache,
-        config,
-        Endpoint::open_plain(),
-        stop_rx,
-    ));
+    let (addr, _stop) = big_tcp_server(config).await;
 
     // The client that asks and never reads, with a small receive buffer.
-    let Ok(socket) = TcpSocket::new_v4() else {
-        panic!("no socket");
-    };
-    assert!(socket.set_recv_buffer_size(4096).is_ok());
-    let Ok(mut slow) = socket.connect(addr).await else {
-        panic!("cannot connect");
-    };
-    assert!(slow
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .is_ok());
+    let mut slow = never_reading_client(addr).await;
     let sent = std::time::Instant::now();
 
     // With one slot, the next client is served only once the first is gone.
@@ -672,38 +685,10 @@ async fn tcp_clients_that_never_read_cannot_keep_a_scraper_out() {
         max_connections: 4,
         ..Config::DEFAULT
     };
-    let (shared, _rx) = Shared::new();
-    hold_locks(&shared, 10_000);
-    let cache = ScrapeCache::new(shared.clone());
-    let Ok(listener) = TcpListener::bind("127.0.0.1:0").await else {
-        panic!("cannot bind a loopback port");
-    };
-    let Ok(addr) = listener.local_addr() else {
-        panic!("no local address");
-    };
-    let (_stop, stop_rx) = watch::channel(false);
-    tokio::spawn(serve_with(
-        listener,
-        shared,
-        cache,
-        config,
-        Endpoint::open_plain(),
-        stop_rx,
-    ));
+    let (addr, _stop) = big_tcp_server(config).await;
     let mut slow = Vec::new();
     for _ in 0..config.max_connections {
-        let Ok(socket) = TcpSocket::new_v4() else {
-            panic!("no socket");
-        };
-        assert!(socket.set_recv_buffer_size(4096).is_ok());
-        let Ok(mut s) = socket.connect(addr).await else {
-            panic!("cannot connect");
-        };
-        assert!(s
-            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .is_ok());
-        slow.push(s);
+        slow.push(never_reading_client(addr).await);
     }
     let Ok(mut scraper) = TcpStream::connect(addr).await else {
         panic!("cannot connect the scraper");
