@@ -69,7 +69,7 @@ def clean_env(home: Path, path_dirs: list[Path]) -> dict[str, str]:
 
 @dataclass
 class Apply:
-    """A running ``apply``: its process (the leader of its own session) and log."""
+    """A running ``apply``: its process (which heads its own process session) and log."""
 
     proc: subprocess.Popen
     log: Path
