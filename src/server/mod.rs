@@ -9,6 +9,7 @@
 //! server's TokenReview and SubjectAccessReview).
 
 pub mod auth;
+mod deadline;
 mod listen;
 mod slots;
 pub mod tls;
