@@ -27,27 +27,11 @@ mkdir -p "$cache"
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:--buildvcs=false}"
 command -v go >/dev/null || { echo "build.sh: go not found (Go 1.26 is needed)" >&2; exit 1; }
 
-timed() { # timed REPORT cmd... : run cmd under /usr/bin/time -v when there is one
-  if [ -x /usr/bin/time ]; then /usr/bin/time -v -o "$1" "${@:2}"; else "${@:2}"; fi
-}
+# shellcheck source=../go-build-cached.sh
+. "$tools/go-build-cached.sh"
 
-build_one() { # build_one NAME MODULE_DIR PACKAGE LDFLAGS
-  local name=$1 dir=$2 pkg=$3 ldflags=$4 version out
-  version=$(cat "$dir/VERSION")
-  out="$cache/$name-$version"
-  exec 9>"$out.lock"
-  flock 9
-  if [ ! -x "$out" ]; then
-    echo "build.sh: building $name $version into $out" >&2
-    local start=$SECONDS
-    (cd "$dir" && timed "$out.build.txt.tmp" go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg")
-    mv "$out.tmp" "$out"
-    [ -f "$out.build.txt.tmp" ] && mv "$out.build.txt.tmp" "$out.build.txt"
-    echo "build.sh: built $name $version in $((SECONDS - start)) s" >&2
-  fi
-  flock -u 9
-  exec 9>&-
-  echo "$out"
+build_one() { # build_one NAME MODULE_DIR PACKAGE LDFLAGS (the version from MODULE_DIR/VERSION)
+  go_build_cached "$1" "$(cat "$2/VERSION")" "$2" "$3" "$4"
 }
 
 build_kas() { # build_kas MODULE_DIR

@@ -26,26 +26,11 @@ tofu_v=$(cat "$tools/opentofu/VERSION")
 tf_v=$(cat "$tools/terraform/VERSION")
 kube_v=$(cat "$tools/kube/VERSION")
 
-timed() { # timed REPORT cmd... : run cmd under /usr/bin/time -v when there is one
-  if [ -x /usr/bin/time ]; then /usr/bin/time -v -o "$1" "${@:2}"; else "${@:2}"; fi
-}
+# shellcheck source=../go-build-cached.sh
+. "$tools/go-build-cached.sh"
 
 build_one() { # build_one NAME VERSION MODULE_DIR PACKAGE LDFLAGS
-  local name=$1 version=$2 dir=$3 pkg=$4 ldflags=$5 out
-  out="$cache/$name-$version"
-  exec 9>"$out.lock"
-  flock 9
-  if [ ! -x "$out" ]; then
-    echo "build.sh: building $name $version into $out" >&2
-    local start=$SECONDS
-    (cd "$dir" && timed "$out.build.txt.tmp" go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg")
-    mv "$out.tmp" "$out"
-    [ -f "$out.build.txt.tmp" ] && mv "$out.build.txt.tmp" "$out.build.txt"
-    echo "build.sh: built $name $version in $((SECONDS - start)) s" >&2
-  fi
-  flock -u 9
-  exec 9>&-
-  echo "$out"
+  go_build_cached "$@"
 }
 
 if [ "${1:-}" = --print-env ]; then
