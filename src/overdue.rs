@@ -3,40 +3,88 @@
 //! `captf_state_lock_overdue` needs no task; the log line does), and
 //! `captf_state_lock_verdict_mismatch` turning 1 with a log line when a
 //! disagreement with CAPTF outlasts `--verdict-grace`.
+//!
+//! The checker sleeps until the index's next clock deadline, or until a
+//! write moves that deadline earlier: an exporter at rest whose locks are
+//! all released, or already reported, wakes for nothing (it used to look
+//! once a second, the largest part of its CPU at rest).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::shared::Shared;
 
-/// Checks every `every` for newly overdue locks and logs each once.
-pub async fn run(shared: Arc<Shared>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+/// The longest sleep without looking: a wall clock stepped forward (the
+/// deadlines are Unix times, the sleep is monotonic) is caught up within
+/// this.
+const LONGEST_SLEEP: Duration = Duration::from_secs(300);
+
+/// Checks for newly overdue locks and newly outlasted disagreements, and
+/// logs each once: when their deadlines come, at most once per `least_gap`.
+pub async fn run(shared: Arc<Shared>, least_gap: Duration) {
+    run_counted(&shared, least_gap, &AtomicU64::new(0)).await;
+}
+
+/// [`run`], counting its checks in `checks` (for tests).
+pub async fn run_counted(shared: &Shared, least_gap: Duration, checks: &AtomicU64) {
     loop {
-        tick.tick().await;
-        check_mismatches(&shared);
-        let overdue = shared.write(|ix, now| ix.newly_overdue(now));
-        for o in overdue {
-            tracing::warn!(
-                namespace = %o.namespace,
-                kind = o.kind,
-                name = %o.name,
-                class = o.class.as_str(),
-                holder = %o.holder.escape_debug(),
-                operation = %o.operation.escape_debug(),
-                age_seconds = o.age_seconds.round(),
-                timeout_seconds = o.timeout_seconds,
-                "state lock held by a foreign or unknown holder is overdue: every Job of this object now waits lockTimeoutSeconds and fails until a person releases it"
-            );
+        let checked = tokio::time::Instant::now();
+        checks.fetch_add(1, Ordering::Relaxed);
+        check_mismatches(shared);
+        log_overdue(shared);
+        let next = shared.read(|ix| ix.next_clock_deadline());
+        match next.map(|ms| until_unix_ms(ms, SystemTime::now())) {
+            Some(wait) => {
+                tokio::select! {
+                    () = shared.clock_moved() => {}
+                    () = tokio::time::sleep(wait.min(LONGEST_SLEEP)) => {}
+                }
+            }
+            None => {
+                tokio::select! {
+                    () = shared.clock_moved() => {}
+                    () = tokio::time::sleep(LONGEST_SLEEP) => {}
+                }
+            }
         }
+        // A stream of writes, each moving a deadline earlier, is checked
+        // once per gap, as the old fixed tick did.
+        tokio::time::sleep_until(checked + least_gap).await;
+    }
+}
+
+/// How long from `now` until the Unix time `ms`; zero when it has passed.
+fn until_unix_ms(ms: i64, now: SystemTime) -> Duration {
+    let now_ms = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    // Deadlines are floored to whole ms and popped strictly before now:
+    // one ms more finds the lock due on the first look.
+    Duration::from_millis(u64::try_from(ms.saturating_sub(now_ms).saturating_add(1)).unwrap_or(0))
+}
+
+fn log_overdue(shared: &Shared) {
+    let overdue = shared.write(|ix, now| ix.newly_overdue(now));
+    for o in overdue {
+        tracing::warn!(
+            namespace = %o.namespace,
+            kind = o.kind,
+            name = %o.name,
+            class = o.class.as_str(),
+            holder = %o.holder.escape_debug(),
+            operation = %o.operation.escape_debug(),
+            age_seconds = o.age_seconds.round(),
+            timeout_seconds = o.timeout_seconds,
+            "state lock held by a foreign or unknown holder is overdue: every Job of this object now waits lockTimeoutSeconds and fails until a person releases it"
+        );
     }
 }
 
 /// Flags disagreements with CAPTF that outlasted the grace. The check is
 /// a read; only a flag to set takes the write lock and re-renders.
 fn check_mismatches(shared: &Shared) {
-    let due = shared.read(|ix| ix.verdict_mismatch_due(std::time::SystemTime::now()));
+    let due = shared.read(|ix| ix.verdict_mismatch_due(SystemTime::now()));
     if !due {
         return;
     }
@@ -52,5 +100,78 @@ fn check_mismatches(shared: &Shared) {
             "CAPTF's own verdict on this lock disagrees with the exporter's: {}; run `captf-lock-exporter explain` on it",
             m.disagreement.difference.text()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::kind::Kind;
+    use crate::core::lockinfo::parse_lock_info;
+    use crate::core::suffix::{lock_lease_name, state_suffix};
+    use crate::index::{IndexResource, LockLease, ObjectKey};
+
+    /// A workstation's lock on a machine the index does not know, taken
+    /// long before any lockTimeoutSeconds: overdue at once.
+    fn old_foreign_lease(name: &str) -> (ObjectKey, LockLease) {
+        let suffix = state_suffix("ns", Kind::TerraformMachine, name);
+        let info = parse_lock_info(
+            r#"{"ID":"id-1","Operation":"OperationTypeApply","Info":"","Who":"alice@laptop","Version":"1.9.0","Created":"2020-01-01T00:00:00Z","Path":""}"#,
+        );
+        let lease = LockLease::new(
+            "ns".into(),
+            suffix.clone(),
+            Some("TerraformMachine"),
+            Some(name.into()),
+            "id-1".into(),
+            info.map(Some),
+        );
+        (ObjectKey::new("ns", lock_lease_name(&suffix)), lease)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sleeps_at_rest_and_wakes_when_a_write_brings_a_deadline() {
+        let (shared, _rx) = Shared::new();
+        let checks = Arc::new(AtomicU64::new(0));
+        let task = tokio::spawn({
+            let (shared, checks) = (shared.clone(), checks.clone());
+            async move { run_counted(&shared, Duration::from_secs(1), &checks).await }
+        });
+        // An hour at rest (the paused clock jumps from sleep to sleep): the
+        // old checker looked 3600 times.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        let at_rest = checks.load(Ordering::Relaxed);
+        assert!(
+            (1..=1 + 3600 / LONGEST_SLEEP.as_secs()).contains(&at_rest),
+            "{at_rest} checks in an hour at rest"
+        );
+        let (key, lease) = old_foreign_lease("web");
+        shared.update(|ix, now| ix.apply(key, lease, now));
+        assert!(shared.read(|ix| ix.next_clock_deadline()).is_some());
+        let written = tokio::time::Instant::now();
+        let deadline = written + Duration::from_secs(10);
+        while shared.read(|ix| ix.next_clock_deadline()).is_some() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the overdue lock was not reported within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            written.elapsed() <= Duration::from_secs(1),
+            "reported {:?} after the write",
+            written.elapsed()
+        );
+        assert!(checks.load(Ordering::Relaxed) > at_rest);
+        task.abort();
+    }
+
+    #[test]
+    fn waits_until_one_ms_past_a_deadline_and_never_negative() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_millis(10_000);
+        assert_eq!(until_unix_ms(12_500, now), Duration::from_millis(2_501));
+        assert_eq!(until_unix_ms(10_000, now), Duration::from_millis(1));
+        assert_eq!(until_unix_ms(9_000, now), Duration::ZERO);
+        assert_eq!(until_unix_ms(i64::MIN, now), Duration::ZERO);
     }
 }

@@ -25,6 +25,10 @@ pub struct Shared {
     /// Where each renderer collects which lock keys changed (one per
     /// [`Shared::changes`] caller), filled under the index's write lock.
     sinks: Mutex<Vec<Weak<Mutex<Changes>>>>,
+    /// Woken when a write moves the index's next clock deadline earlier
+    /// (`Index::take_clock_moved`), so the clock's checker can sleep until
+    /// that deadline instead of polling.
+    clock: tokio::sync::Notify,
     /// Watch health and self-metrics.
     pub health: Health,
     /// Holder pods to confirm with a live read.
@@ -47,6 +51,7 @@ impl Shared {
             index: RwLock::new(Index::new()),
             generation: tokio::sync::watch::channel(0).0,
             sinks: Mutex::new(Vec::new()),
+            clock: tokio::sync::Notify::new(),
             health: Health::new(),
             confirm_tx,
             api: Arc::new(ApiLink::new()),
@@ -77,6 +82,10 @@ impl Shared {
             Err(poisoned) => poisoned.into_inner(),
         };
         let out = f(&mut index, now);
+        if index.take_clock_moved() {
+            // A stored permit: a checker between two waits still sees it.
+            self.clock.notify_one();
+        }
         let changes = index.take_changes();
         if !changes.is_empty() {
             // Handed on and bumped before the lock is released: a reader
@@ -112,6 +121,13 @@ impl Shared {
                 Err(poisoned) => poisoned.into_inner().merge(changes),
             }
         }
+    }
+
+    /// Completes after a write moved the next clock deadline earlier (at
+    /// once when one did since the last wait). One waiter: the clock's
+    /// checker.
+    pub async fn clock_moved(&self) {
+        self.clock.notified().await;
     }
 
     /// A receiver that sees every write changing what `/metrics` shows.

@@ -1,7 +1,7 @@
 //! Deadlines by lock, in deadline order: when each foreign or unknown lock
 //! becomes overdue, and when each disagreement with CAPTF outlasts its
-//! grace, so the once-a-second check touches only what is due instead of
-//! walking every Lease.
+//! grace, so the clock's check touches only what is due instead of walking
+//! every Lease, and sleeps until the first deadline instead of polling.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -15,6 +15,10 @@ pub struct OverdueQueue {
     /// A policy that many deadlines depend on changed (a TerraformCluster
     /// or a CAPI Cluster): recompute every queued deadline before popping.
     stale: bool,
+    /// The first deadline moved earlier (or everything went stale) since
+    /// [`OverdueQueue::take_moved_earlier`]: a checker sleeping until the
+    /// old first deadline must wake.
+    moved_earlier: bool,
 }
 
 impl OverdueQueue {
@@ -26,6 +30,13 @@ impl OverdueQueue {
                 self.by_deadline.remove(&(*d, key.clone()));
             }
             None => {}
+        }
+        if self
+            .by_deadline
+            .first()
+            .is_none_or(|(first, _)| deadline_ms < *first)
+        {
+            self.moved_earlier = true;
         }
         self.by_deadline.insert((deadline_ms, key.clone()));
         self.deadline_of.insert(key.clone(), deadline_ms);
@@ -61,6 +72,22 @@ impl OverdueQueue {
     /// Marks every deadline as possibly out of date.
     pub fn mark_stale(&mut self) {
         self.stale = true;
+        self.moved_earlier = true;
+    }
+
+    /// The first deadline (Unix ms), or `i64::MIN` when every deadline
+    /// must be recomputed first; None when nothing is queued.
+    pub fn first_deadline(&self) -> Option<i64> {
+        if self.stale {
+            return Some(i64::MIN);
+        }
+        self.by_deadline.first().map(|(d, _)| *d)
+    }
+
+    /// Whether the first deadline moved earlier since the last call; clears
+    /// the flag.
+    pub fn take_moved_earlier(&mut self) -> bool {
+        std::mem::take(&mut self.moved_earlier)
     }
 
     /// When marked stale: every queued lock, to recompute; clears the mark.
@@ -87,6 +114,35 @@ impl OverdueQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn says_when_the_first_deadline_moves_earlier() {
+        let mut q = OverdueQueue::default();
+        let (a, b) = (LockKey::new("ns", "a-m"), LockKey::new("ns", "b-m"));
+        assert_eq!(q.first_deadline(), None);
+        q.set(&a, 2_000);
+        assert!(
+            q.take_moved_earlier(),
+            "the first deadline of an empty queue"
+        );
+        assert!(!q.take_moved_earlier(), "the flag is cleared once taken");
+        q.set(&b, 3_000);
+        assert!(!q.take_moved_earlier(), "a later deadline wakes nobody");
+        q.set(&b, 1_500);
+        assert!(q.take_moved_earlier());
+        assert_eq!(q.first_deadline(), Some(1_500));
+        q.remove(&b);
+        assert!(
+            !q.take_moved_earlier(),
+            "a removal only makes a wake useless"
+        );
+        assert_eq!(q.first_deadline(), Some(2_000));
+        q.mark_stale();
+        assert!(q.take_moved_earlier());
+        assert_eq!(q.first_deadline(), Some(i64::MIN));
+        assert_eq!(q.take_stale(), vec![a]);
+        assert_eq!(q.first_deadline(), Some(2_000));
+    }
 
     #[test]
     fn pops_only_what_is_due_in_order_and_moves_on_reset() {

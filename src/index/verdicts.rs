@@ -90,6 +90,16 @@ impl VerdictIndex {
         self.open.remove(key).is_some_and(|d| d.flagged)
     }
 
+    /// When the first open disagreement outlasts its grace (Unix ms).
+    pub fn first_deadline(&self) -> Option<i64> {
+        self.due.first_deadline()
+    }
+
+    /// Whether that first deadline moved earlier since the last call.
+    pub fn take_moved_earlier(&mut self) -> bool {
+        self.due.take_moved_earlier()
+    }
+
     /// Whether some disagreement outlasted the grace and is not flagged yet.
     pub fn any_due(&self, now: SystemTime) -> bool {
         self.due.any_due(unix_ms(now))

@@ -186,6 +186,29 @@ impl Index {
         }
     }
 
+    /// The earliest moment (Unix ms) a clock verdict may change: a lock
+    /// turning overdue or a disagreement outlasting the grace. `i64::MIN`
+    /// when the deadlines must be recomputed first; None when nothing waits
+    /// on the clock, so the checker can sleep until a write wakes it.
+    pub fn next_clock_deadline(&self) -> Option<i64> {
+        match (
+            self.overdue.first_deadline(),
+            self.verdicts.first_deadline(),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether a write since the last call moved
+    /// [`Index::next_clock_deadline`] earlier; clears the mark.
+    pub fn take_clock_moved(&mut self) -> bool {
+        // Both taken: `||` would leave the second set for a spurious wake.
+        let overdue = self.overdue.take_moved_earlier();
+        let verdicts = self.verdicts.take_moved_earlier();
+        overdue || verdicts
+    }
+
     /// Foreign or unknown locks that became older than their effective
     /// lockTimeoutSeconds since the last call; each lock ID is returned once.
     /// Touches only the locks whose deadline passed (and, after a change of

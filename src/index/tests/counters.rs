@@ -115,6 +115,28 @@ fn overdue_is_reported_once_per_lock() {
 }
 
 #[test]
+fn the_next_clock_deadline_is_the_first_lock_to_turn_overdue() {
+    let mut ix = Index::new();
+    let m = Kind::TerraformMachine;
+    assert_eq!(ix.next_clock_deadline(), None, "nothing waits on the clock");
+    ix.feed(
+        Resource::TerraformMachines,
+        machine_with_lock_timeout("a", 60),
+    );
+    ix.feed(
+        Resource::Leases,
+        lease_change(m, "a", Some(info("alice@laptop"))),
+    );
+    let created_ms = (unix_seconds(t0()) * 1000.0).floor() as i64;
+    assert_eq!(ix.next_clock_deadline(), Some(created_ms + 60_000));
+    assert!(ix.take_clock_moved(), "a first deadline wakes the checker");
+    assert!(!ix.take_clock_moved());
+    // Reported: nothing is left to wait for.
+    assert_eq!(ix.newly_overdue(t0() + Duration::from_secs(61)).len(), 1);
+    assert_eq!(ix.next_clock_deadline(), None);
+}
+
+#[test]
 fn counters_of_deleted_objects_go_when_no_event_names_them() {
     let mut ix = Index::new();
     let m = Kind::TerraformMachine;
