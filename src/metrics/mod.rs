@@ -14,6 +14,7 @@
 //! [`crate::health::Health`] as prometheus-client counters and are
 //! registered beside the collector.
 
+mod body;
 pub(crate) mod buckets;
 mod cache;
 mod families;
@@ -24,7 +25,8 @@ mod snapshot;
 #[cfg(test)]
 mod incremental_tests;
 
-pub use cache::{AcceptEncoding, Body, Frames, ScrapeCache, ScrapeError, DEBOUNCE, HEALTH_EVERY};
+pub use body::{AcceptEncoding, Body, Frames};
+pub use cache::{ScrapeCache, ScrapeError, DEBOUNCE, HEALTH_EVERY};
 
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -10,7 +10,8 @@ use std::fmt::Write as _;
 use crate::core::classify::HolderClass;
 use crate::core::kind::Kind;
 
-use super::model::{human_duration, LockReport, OwnVerdict};
+use super::model::{LockReport, OwnVerdict};
+use super::render::human_duration;
 use super::shell::{has_control, shq};
 
 /// Labels the kubernetes backend sets itself on the Lease and the state

@@ -1,13 +1,17 @@
-//! On-call tools: the report of a held lock ([`model`]), the runbook's fix
-//! for it ([`fix`]), and the one-shot commands `locks` and `explain`
-//! ([`locks`], [`explain`]) that read a cluster once ([`collect`], GET
-//! only) and print them. The class always comes from the exporter's own
-//! index and core: there is no second classifier.
+//! On-call tools: the report of a held lock (its data in [`model`], built
+//! from the index's facts by [`report`], with the shell commands of
+//! [`commands`]), the runbook's fix for it ([`fix`]), and the one-shot
+//! commands `locks` and `explain` ([`locks`], [`explain`]) that read a
+//! cluster once ([`collect`], GET only) and print them. The class always
+//! comes from the exporter's own index and core: there is no second
+//! classifier.
 
 pub mod collect;
+pub mod commands;
 pub mod fix;
 pub mod model;
 pub mod render;
+pub mod report;
 pub mod shell;
 
 use std::time::SystemTime;
@@ -20,8 +24,9 @@ use crate::core::suffix::{lock_lease_name, state_suffix};
 use crate::core::verdict::OurVerdict;
 use crate::index::{LockFilter, LockKey, ObjectKey, ObjectRef};
 use fix::{backend_labels, hcl_map, FixInputs, Lookup};
-use model::{sort_by_urgency, LockReport};
+use model::LockReport;
 use render::Output;
+use report::sort_by_urgency;
 
 /// Exit code: something needs a person (`locks --fail-on-overdue`), or
 /// `explain` found no such object.
@@ -169,7 +174,7 @@ pub async fn explain(
             .lease_labels
             .contains_key(&ObjectKey::new(namespace, &lease));
         let view = snap.index.captf_view(&key);
-        let captf = model::captf_report(namespace, &view, OurVerdict::Released);
+        let captf = report::captf_report(namespace, &view, OurVerdict::Released);
         if exists || captf.object_known {
             let held = if exists {
                 format!("the lock is not held (Lease {lease} has no holder)")

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::model::{human_duration, source_text, CaptfReport, LockReport, OwnVerdict};
+use super::model::{source_text, CaptfReport, LockReport, ObjectKnown, OwnVerdict};
 use super::shell::show;
 
 /// Output format of `locks`.
@@ -142,6 +142,21 @@ pub fn at(unix: f64) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
+/// A duration in seconds for people: `95 s`, `12m 5s`, `3h 2m`, `2d 4h`.
+pub fn human_duration(seconds: f64) -> String {
+    if !seconds.is_finite() || seconds < 0.0 {
+        return "0s".into();
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let s = seconds.floor() as u64;
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m{}s", s / 60, s % 60),
+        7200..=172_799 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{}h", s / 86400, (s % 86400) / 3600),
+    }
+}
+
 /// The evidence chain, as `explain` prints it.
 pub fn evidence_text(r: &LockReport) -> String {
     let mut o = String::new();
@@ -155,13 +170,9 @@ pub fn evidence_text(r: &LockReport) -> String {
         if r.overdue { ", OVERDUE" } else { "" }
     );
     let object = match r.object {
-        super::model::ObjectKnown::Watched => "known (listed)",
-        super::model::ObjectKnown::ProvenByLabels => {
-            "not listed; its name is proven by the Lease's owner labels"
-        }
-        super::model::ObjectKnown::Unknown => {
-            "not known (deleted with Retain, CRD missing, or hidden by RBAC)"
-        }
+        ObjectKnown::Watched => "known (listed)",
+        ObjectKnown::ProvenByLabels => "not listed; its name is proven by the Lease's owner labels",
+        ObjectKnown::Unknown => "not known (deleted with Retain, CRD missing, or hidden by RBAC)",
     };
     let _ = writeln!(o, "  Object:        {object}");
     let _ = writeln!(o, "  Lease:         {} (suffix {})", r.lease, r.suffix);

@@ -7,6 +7,7 @@ use super::fix::{
     backend_labels, captf_backend_labels, fix_text, hcl_map, pinned_image, FixInputs, Lookup,
 };
 use super::model::*;
+use super::report::*;
 use super::*;
 use crate::core::lockinfo::parse_lock_info;
 use crate::core::timeouts::{resolve, ClusterPolicies, JobsPolicy};

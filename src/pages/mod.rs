@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use crate::index::{LockFilter, Resource};
-use crate::oncall::model::{human_duration, source_text, CaptfReport, LockReport, OwnVerdict};
-use crate::oncall::render::{at, next_short};
+use crate::oncall::model::{source_text, CaptfReport, LockReport, OwnVerdict};
+use crate::oncall::render::{at, human_duration, next_short};
+use crate::oncall::report::sort_by_urgency;
 use crate::shared::Shared;
 
 /// Most rows `/` shows; the rest is counted.
@@ -136,7 +137,7 @@ pub fn locks_page(shared: &Shared, query: &str) -> String {
     let (facts, per_class, sizes) =
         shared.read(|ix| (ix.held_lock_facts(&filter), ix.held_per_class(), ix.sizes()));
     let mut reports: Vec<LockReport> = facts.iter().map(|f| LockReport::build(f, now)).collect();
-    crate::oncall::model::sort_by_urgency(&mut reports);
+    sort_by_urgency(&mut reports);
     let total = reports.len();
     let mut o = head("captf-lock-exporter: held state locks");
     let _ = write!(

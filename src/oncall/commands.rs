@@ -1,0 +1,153 @@
+//! The shell commands a lock's report carries ([`Commands`]): inspect the
+//! Lease and the holder pod, confirm the release, `explain` the lock,
+//! nudge CAPTF, and the guarded release of a lock whose lock-info does not
+//! parse, each with every placeholder filled in; and the review of a
+//! TerraformPlan the object's apply waits for ([`plan_review`]).
+//!
+//! Separate from the report's data ([`super::model`]) and from how its
+//! verdicts are reached ([`super::report`]): a person runs these, so what
+//! each one does, when it is safe to print it and how its values are
+//! quoted ([`shq`]: lock-info is untrusted) is one concern, reviewed in
+//! one place. The runbook's fix commands are [`super::fix`].
+
+use serde::Serialize;
+
+use crate::core::podname::{check_pod_name, PodName};
+
+use super::model::{LockFacts, NotOwn, OwnVerdict};
+use super::shell::shq;
+
+/// The kubectl commands for this lock, placeholders filled and quoted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Commands {
+    /// Inspect the Lease.
+    pub lease: String,
+    /// Inspect the holder pod: only when the host is named like a CAPTF
+    /// runner pod (of this object or another) and is a valid pod name. A
+    /// list by name, so it exits 0 and says `No resources found` when the
+    /// pod is gone. None for a workstation host.
+    pub pod: Option<String>,
+    /// Reads `spec.holderIdentity`, the ID Terraform's and OpenTofu's
+    /// `Unlock` compares; empty output once the lock is clear.
+    pub confirm: String,
+    /// This report from the command line.
+    pub explain: String,
+    /// Makes CAPTF reconcile the object: an annotation CAPTF does not own.
+    pub nudge: String,
+    /// For lock-info that is present but does not parse: the one request
+    /// that does what the backend's `Unlock` does (clear the holder and
+    /// lock-info), refused by the API server if the holder changed.
+    /// `force-unlock` cannot release such a lock with any ID.
+    pub release: Option<String>,
+}
+
+impl Commands {
+    /// The commands for the held lock `f`, whose Lease is `lease_name`,
+    /// whose holder's host is `host` and whose own-pod verdict is `own`.
+    pub fn for_lock(
+        f: &LockFacts,
+        lease_name: &str,
+        host: Option<&str>,
+        own: &OwnVerdict,
+    ) -> Commands {
+        let ns = &f.namespace;
+        let lease = &f.lease;
+        Commands {
+            lease: format!(
+                "kubectl get lease -n {} {} -o yaml",
+                shq(ns),
+                shq(lease_name)
+            ),
+            pod: host
+                .filter(|h| pod_named(own, h))
+                .map(|h| pod_command(ns, h)),
+            confirm: format!(
+                "kubectl get lease -n {} {} -o jsonpath='{{.spec.holderIdentity}}'",
+                shq(ns),
+                shq(lease_name)
+            ),
+            explain: format!(
+                "captf-lock-exporter explain {}/{} -n {}",
+                kubectl_kind(f.kind_label),
+                shq(&f.name),
+                shq(ns)
+            ),
+            nudge: format!(
+                "kubectl annotate -n {} {} {} {NUDGE_ANNOTATION}=\"$(date +%s)\" --overwrite",
+                shq(ns),
+                kubectl_kind(f.kind_label),
+                shq(&f.name)
+            ),
+            release: lease
+                .info_error
+                .is_some()
+                .then(|| guarded_release(ns, lease_name, &lease.holder_identity)),
+        }
+    }
+}
+
+/// The annotation the nudge writes. Not `captf.io/`: CAPTF owns that
+/// prefix and acts on some of its annotations (a restore, an approval).
+pub const NUDGE_ANNOTATION: &str = "captf-lock-exporter/reconcile-nudge";
+
+/// The guarded release of a lock whose lock-info no Terraform can parse:
+/// a JSON patch whose `test` makes the API server refuse it unless
+/// `spec.holderIdentity` is still `holder_identity`, then the two removals
+/// `Unlock` makes.
+pub fn guarded_release(namespace: &str, lease: &str, holder_identity: &str) -> String {
+    let patch = serde_json::json!([
+        {"op": "test", "path": "/spec/holderIdentity", "value": holder_identity},
+        {"op": "remove", "path": "/spec/holderIdentity"},
+        {"op": "remove", "path": "/metadata/annotations/app.terraform.io~1lock-info"},
+    ]);
+    format!(
+        "kubectl patch lease -n {} {} --type=json -p {}",
+        shq(namespace),
+        shq(lease),
+        shq(&patch.to_string())
+    )
+}
+
+/// Whether the host is named like a CAPTF runner pod (this object's or
+/// another's) and can be a pod's name: only then is a pod command printed.
+/// Any other host is a workstation or a machine outside the cluster, where
+/// `kubectl get pod` can only fail.
+pub fn pod_named(own: &OwnVerdict, host: &str) -> bool {
+    let runner = matches!(
+        own,
+        OwnVerdict::Own { .. }
+            | OwnVerdict::NotOwn {
+                why: NotOwn::OtherObjectsPod { .. }
+            }
+    );
+    runner && check_pod_name(host) == PodName::Valid
+}
+
+/// Lists the pod by name: exits 0 whether it exists (a row with its
+/// status: `Running`, `Failed`, `Terminating`, ...) or not (`No resources
+/// found`), unlike `kubectl get pod <name>`, which exits 1 for a gone pod.
+pub fn pod_command(namespace: &str, pod: &str) -> String {
+    format!(
+        "kubectl get pods -n {} --field-selector {} -o wide",
+        shq(namespace),
+        shq(&format!("metadata.name={pod}"))
+    )
+}
+
+/// The kind as kubectl takes it (lowercase singular).
+pub fn kubectl_kind(kind: &str) -> String {
+    if kind.is_empty() {
+        "terraformmachine".into()
+    } else {
+        kind.to_ascii_lowercase()
+    }
+}
+
+/// Shows a pending TerraformPlan for review before anyone approves it.
+pub fn plan_review(namespace: &str, plan: &str) -> String {
+    format!(
+        "kubectl get tfplan -n {} {} -o yaml",
+        shq(namespace),
+        shq(plan)
+    )
+}
