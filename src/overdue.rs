@@ -106,28 +106,8 @@ fn check_mismatches(shared: &Shared) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::kind::Kind;
-    use crate::core::lockinfo::parse_lock_info;
-    use crate::core::suffix::{lock_lease_name, state_suffix};
-    use crate::index::{IndexResource, LockLease, ObjectKey};
-
-    /// A workstation's lock on a machine the index does not know, taken
-    /// long before any lockTimeoutSeconds: overdue at once.
-    fn old_foreign_lease(name: &str) -> (ObjectKey, LockLease) {
-        let suffix = state_suffix("ns", Kind::TerraformMachine, name);
-        let info = parse_lock_info(
-            r#"{"ID":"id-1","Operation":"OperationTypeApply","Info":"","Who":"alice@laptop","Version":"1.9.0","Created":"2020-01-01T00:00:00Z","Path":""}"#,
-        );
-        let lease = LockLease::new(
-            "ns".into(),
-            suffix.clone(),
-            Some("TerraformMachine"),
-            Some(name.into()),
-            "id-1".into(),
-            info.map(Some),
-        );
-        (ObjectKey::new("ns", lock_lease_name(&suffix)), lease)
-    }
+    use crate::index::fixtures::workstation_lock;
+    use crate::index::IndexResource;
 
     #[tokio::test(start_paused = true)]
     async fn sleeps_at_rest_and_wakes_when_a_write_brings_a_deadline() {
@@ -145,7 +125,8 @@ mod tests {
             (1..=1 + 3600 / LONGEST_SLEEP.as_secs()).contains(&at_rest),
             "{at_rest} checks in an hour at rest"
         );
-        let (key, lease) = old_foreign_lease("web");
+        // Taken long before any lockTimeoutSeconds: overdue at once.
+        let (key, lease) = workstation_lock("web", "alice@laptop", "2020-01-01T00:00:00Z");
         shared.update(|ix, now| ix.apply(key, lease, now));
         assert!(shared.read(|ix| ix.next_clock_deadline()).is_some());
         let written = tokio::time::Instant::now();

@@ -137,4 +137,6 @@ pub struct Index {
 }
 
 #[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
 mod tests;

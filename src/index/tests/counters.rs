@@ -63,18 +63,25 @@ fn force_unlocks_count_each_event_and_series_increase_once() {
     assert_eq!(total(&ix, "web"), 4);
 }
 
-#[test]
-fn overdue_is_reported_once_per_lock() {
+/// Machine `a` with lockTimeoutSeconds 60, its lock held by a workstation
+/// since `t0()`.
+fn index_with_alices_lock_on_a() -> Index {
     let mut ix = Index::new();
-    let m = Kind::TerraformMachine;
     ix.feed(
         Resource::TerraformMachines,
         machine_with_lock_timeout("a", 60),
     );
     ix.feed(
         Resource::Leases,
-        lease_change(m, "a", Some(info("alice@laptop"))),
+        lease_change(Kind::TerraformMachine, "a", Some(info("alice@laptop"))),
     );
+    ix
+}
+
+#[test]
+fn overdue_is_reported_once_per_lock() {
+    let mut ix = index_with_alices_lock_on_a();
+    let m = Kind::TerraformMachine;
     assert!(ix.newly_overdue(t0() + Duration::from_secs(59)).is_empty());
     let o = ix.newly_overdue(t0() + Duration::from_secs(61));
     assert_eq!(o.len(), 1);
@@ -116,17 +123,12 @@ fn overdue_is_reported_once_per_lock() {
 
 #[test]
 fn the_next_clock_deadline_is_the_first_lock_to_turn_overdue() {
-    let mut ix = Index::new();
-    let m = Kind::TerraformMachine;
-    assert_eq!(ix.next_clock_deadline(), None, "nothing waits on the clock");
-    ix.feed(
-        Resource::TerraformMachines,
-        machine_with_lock_timeout("a", 60),
+    assert_eq!(
+        Index::new().next_clock_deadline(),
+        None,
+        "nothing waits on the clock"
     );
-    ix.feed(
-        Resource::Leases,
-        lease_change(m, "a", Some(info("alice@laptop"))),
-    );
+    let mut ix = index_with_alices_lock_on_a();
     let created_ms = (unix_seconds(t0()) * 1000.0).floor() as i64;
     assert_eq!(ix.next_clock_deadline(), Some(created_ms + 60_000));
     assert!(ix.take_clock_moved(), "a first deadline wakes the checker");

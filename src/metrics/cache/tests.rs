@@ -8,6 +8,7 @@ use super::*;
 use crate::core::kind::Kind;
 use crate::core::lockinfo::parse_lock_info;
 use crate::core::suffix::{lock_lease_name, state_suffix};
+use crate::index::fixtures::workstation_lock;
 use crate::index::{IndexResource, LockLease, ObjectKey, TfObject};
 use futures::FutureExt;
 
@@ -24,17 +25,8 @@ fn object(shared: &Shared, name: &str) {
 }
 
 fn held_lock(shared: &Shared, name: &str) {
-    let suffix = state_suffix("ns", Kind::TerraformMachine, name);
-    let info = r#"{"ID":"id-1","Operation":"OperationTypeApply","Info":"","Who":"bob@laptop","Version":"1.9.0","Created":"2026-09-26T15:53:38Z","Path":""}"#;
-    let lease = LockLease::new(
-        "ns".into(),
-        suffix.clone(),
-        Some("TerraformMachine"),
-        Some(name.into()),
-        "id-1".into(),
-        parse_lock_info(info).map(Some),
-    );
-    shared.update(|ix, now| ix.apply(ObjectKey::new("ns", lock_lease_name(&suffix)), lease, now));
+    let (key, lease) = workstation_lock(name, "bob@laptop", "2026-09-26T15:53:38Z");
+    shared.update(|ix, now| ix.apply(key, lease, now));
 }
 
 /// A fleet like the bench's: `n` TerraformMachines in 100 namespaces, a
