@@ -6,7 +6,7 @@
 #   target/image/oci/                          OCI image layout, tag captf-lock-exporter:<version>
 #   target/image/captf-lock-exporter.oci.tar   the same image as an oci-archive, named as the chart
 #                                              pulls it (<image.repository>:<appVersion>)
-#   target/image/captf-lock-exporter.cdx.json  CycloneDX SBOM of the binary's crates (cargo cyclonedx)
+#   target/image/captf-lock-exporter.cdx.json  CycloneDX SBOM of the binary's crates (auditable2cdx)
 #   target/image/files.txt                     every file of the image: mode, owner, size, path
 #   target/image/summary.json                  digest, layers, sizes, labels, Debian packages used
 #
@@ -20,7 +20,7 @@
 # in. See docs/decisions/image.md.
 #
 # Usage: scripts/image.sh [--binary PATH]   (--binary: use this binary instead of building one)
-# Needs: cargo-auditable and cargo-cyclonedx (cargo install --locked), umoci, skopeo, binutils.
+# Needs: cargo-auditable and auditable2cdx (cargo install --locked), umoci, skopeo, binutils.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -71,12 +71,12 @@ fi
 readelf -S -W "$BINARY" | grep -q '\.dep-v0' || die "$BINARY carries no .dep-v0 section (not built with cargo auditable)"
 
 mkdir -p "$OUT"
-command -v cargo-cyclonedx >/dev/null || die "cargo-cyclonedx missing: cargo install --locked cargo-cyclonedx"
-# The crates compiled into the binary for this platform: no build-script-only crates, no
-# dev-dependencies.
-cargo cyclonedx --quiet --format json --spec-version 1.5 --no-build-deps \
-  --target "$(rustc -vV | sed -n 's/^host: //p')" --override-filename "$NAME.cdx"
-mv -f "$ROOT/$NAME.cdx.json" "$OUT/$NAME.cdx.json"
+command -v auditable2cdx >/dev/null || die "auditable2cdx missing: cargo install --locked auditable2cdx"
+# The SBOM is read back from the crate list cargo-auditable embedded in the binary: exactly the
+# crates compiled into it (no build-script-only crates, no dev-dependencies), the same list
+# `cargo audit bin` and Trivy read from the image.
+auditable2cdx "$BINARY" >"$OUT/$NAME.cdx.json.tmp" || die "auditable2cdx could not read $BINARY"
+mv -f "$OUT/$NAME.cdx.json.tmp" "$OUT/$NAME.cdx.json"
 
 # ---- the root filesystem ----
 FS=$OUT/rootfs

@@ -10,7 +10,8 @@ What it asserts (each check names what failed; docs/decisions/image.md says why)
               the CA bundle, /etc/passwd, /etc/group, and each included package's copyright and
               dpkg status stanza; no shell, no package manager, no other executable.
   user        /etc/passwd and /etc/group hold only nonroot 65532; config User 65532:65532.
-  supply      the binary carries cargo-auditable's .dep-v0 section; the CycloneDX SBOM names it.
+  supply      the binary carries cargo-auditable's .dep-v0 section; the CycloneDX SBOM read from it
+              names the crate and lists every crate of Cargo.lock's graph that it holds.
   dockerfile  the Dockerfile's final stage agrees: binary path and mode, USER, EXPOSE, ENTRYPOINT,
               no CMD, the label keys and their fixed values, base image Debian release = the
               packages' release, its distroless flavour ships every package the image took.
