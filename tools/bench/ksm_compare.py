@@ -363,25 +363,6 @@ EXPORTER_RULES = [
     {"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["get", "list", "watch"]},
 ]
 KSM_RULES = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "watch"]}]
-# KSM doing the reads the exporter's verdict needs most: the Leases and, through a
-# CustomResourceState config, each TerraformMachine's lockTimeoutSeconds (its CRD discovery
-# lists and watches CRDs).
-KSM_CRS_RULES = [*KSM_RULES,
-                 {"apiGroups": ["infrastructure.cluster.x-k8s.io"], "resources": ["terraformmachines"],
-                  "verbs": ["list", "watch"]},
-                 {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-                  "verbs": ["list", "watch"]}]
-KSM_CRS_CONFIG = """kind: CustomResourceStateMetrics
-spec:
-  resources:
-    - groupVersionKind: {group: infrastructure.cluster.x-k8s.io, kind: TerraformMachine, version: v1alpha1}
-      metrics:
-        - name: lock_timeout_seconds
-          help: spec.jobs.lockTimeoutSeconds of each TerraformMachine (0 when unset)
-          each:
-            type: Gauge
-            gauge: {path: [spec, jobs, lockTimeoutSeconds], nilIsZero: true}
-"""
 
 
 def service_account(cp: Any, name: str, rules: list[dict[str, Any]], workdir: Path) -> tuple[str, Path]:
@@ -716,8 +697,6 @@ def fmt_table(res: dict[str, Any]) -> str:
             ("static", "static anchor")]
     if "ksm_gzip" in res["tools"]:
         cols.insert(2, ("ksm_gzip", "KSM --enable-gzip-encoding"))
-    if "ksm_crs" in res["tools"]:
-        cols.insert(len(cols) - 1, ("ksm_crs", "KSM on Leases + TerraformMachines (CustomResourceState)"))
     T = res["tools"]
 
     def g(tool: str, key: str, f: Callable[[Any], str] = str) -> str:
@@ -759,7 +738,6 @@ def fmt_table(res: dict[str, Any]) -> str:
                         f"free {res['series']['exporter']['series_per_free_lease']:g})",
             "ksm": f"{res['series']['ksm']['series_per_lease']:g}",
             "ksm_gzip": f"{res['series']['ksm']['series_per_lease']:g}",
-            "ksm_crs": f"{res['series']['ksm']['series_per_lease'] + 1:g} (+1 per TerraformMachine)",
             "static": f"{res['series']['exporter']['series_per_object']:g}"}[t]),
     ]
     # exporter against KSM as shipped (its gzip row against KSM with gzip, which serves gzip):
@@ -786,8 +764,7 @@ def fmt_table(res: dict[str, Any]) -> str:
         return verdict
 
     verdicts = {
-        "time to ready": versus("ready_s") + (f"; {versus('ready_s', 'ksm_crs')} of KSM on the same two kinds"
-                                              if "ksm_crs" in T else ""),
+        "time to ready": versus("ready_s"),
         "RSS at rest": versus("rss_rest_MiB"),
         "peak RSS": versus("rss_peak_conc_MiB"), "RSS after": versus("rss_after_MiB"),
         "scrape p50": versus("scrape_p50_ms"), "concurrent": versus("conc_p99_ms"),
@@ -832,9 +809,6 @@ def main() -> int:
     ap.add_argument("--ksm", default=default_ksm(), help="the kube-state-metrics binary (tools/ksm/build.sh)")
     ap.add_argument("--ksm-gzip", choices=("yes", "no"), default="yes",
                     help="also run KSM with --enable-gzip-encoding for the scrape and size rows")
-    ap.add_argument("--ksm-crs", choices=("yes", "no"), default="yes",
-                    help="also run KSM on Leases and TerraformMachines (a CustomResourceState config), "
-                         "for the start and rest rows: the reads closest to the exporter's")
     ap.add_argument("--scrapes", type=int, default=100, help="sequential scrapes per tool")
     ap.add_argument("--concurrency", type=int, default=10, help="concurrent scrapers")
     ap.add_argument("--concurrent-rounds", type=int, default=10, help="scrapes per concurrent scraper")
@@ -904,8 +878,6 @@ def main() -> int:
         cp.kube.namespace(BENCH_NS)
         exp_user, exp_kc = service_account(cp, "exporter", EXPORTER_RULES, workdir)
         ksm_user, ksm_kc = service_account(cp, "ksm", KSM_RULES, workdir)
-        crs_user, crs_kc = service_account(cp, "ksm-crs", KSM_CRS_RULES, workdir)
-        (workdir / "ksm-crs.yaml").write_text(KSM_CRS_CONFIG)
         res["identities"] = {"exporter": exp_user + " (the chart's ClusterRole rules: get/list/watch)",
                              "ksm": ksm_user + " (list/watch leases)"}
 
@@ -965,27 +937,22 @@ def main() -> int:
         res["tools"]["exporter"] = r
 
         # ---- kube-state-metrics ----
-        def run_ksm(name: str, extra: list[str], rows: set[str] | None, *, starts: int = 1,
-                    kubeconfig: Path = ksm_kc, user: str = ksm_user, resources: str = "leases",
-                    crs: bool = False) -> dict[str, Any]:
+        def run_ksm(name: str, extra: list[str], rows: set[str] | None, *, starts: int = 1) -> dict[str, Any]:
             port, tport = free_port(), free_port()
 
             def launch() -> subprocess.Popen:
-                return start([str(ksm_bin), f"--kubeconfig={kubeconfig}", f"--resources={resources}",
+                return start([str(ksm_bin), f"--kubeconfig={ksm_kc}", "--resources=leases",
                               "--host=127.0.0.1", f"--port={port}", "--telemetry-host=127.0.0.1",
                               f"--telemetry-port={tport}", *extra], workdir / f"{name}.log")
 
             def ready(s: Scraper) -> bool:
-                body = s.metrics()[1]
-                if count_lock_series(body, "kube_lease_owner") != args.leases:
-                    return False
-                return not crs or body.count(b"\nkube_customresource_lock_timeout_seconds{") == args.leases
-            earlier = [start_only(name, launch, port, ready, cp=cp, user=user, args=args)
+                return count_lock_series(s.metrics()[1], "kube_lease_owner") == args.leases
+            earlier = [start_only(name, launch, port, ready, cp=cp, user=ksm_user, args=args)
                        for _ in range(starts - 1)]
             m0, t0 = mark(cp), time.monotonic()
             p = launch()
             try:
-                r = measure(name, p, port, ready, cp=cp, user=user, args=args, t_start=t0, mark=m0, rows=rows)
+                r = measure(name, p, port, ready, cp=cp, user=ksm_user, args=args, t_start=t0, mark=m0, rows=rows)
             finally:
                 stop(p)
             fold_starts(r, earlier)
@@ -1000,13 +967,6 @@ def main() -> int:
             for k in ("_plain", "_gzip", "_text"):
                 r.pop(k, None)
             res["tools"]["ksm_gzip"] = r
-        if args.ksm_crs == "yes":
-            r = run_ksm("ksm_crs", [f"--custom-resource-state-config-file={workdir / 'ksm-crs.yaml'}"], {"idle"},
-                        starts=args.starts, kubeconfig=crs_kc, user=crs_user,
-                        resources="leases,terraformmachines", crs=True)
-            for k in ("_plain", "_gzip", "_text"):
-                r.pop(k, None)
-            res["tools"]["ksm_crs"] = r
 
         # ---- the static anchor ----
         port = free_port()
