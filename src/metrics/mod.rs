@@ -8,9 +8,13 @@
 //! rendered beside the scrapes by one task when the index changes and
 //! shared by every scrape, which never waits on a render; `parts` renders
 //! its two parts, and [`render_at`] is the uncached encoder that gives the
-//! same bytes. `snapshot` copies what a render needs out of the index under
-//! one short read lock; `families` declares every family once and encodes
-//! the snapshot. The self-metric counters live in
+//! same bytes; `buckets` renders the index part in buckets, each only when
+//! its rows changed, and `gzip_parts` joins parts compressed at different
+//! times into one gzip stream. `body` holds what a scrape is sent: the
+//! content coding negotiated from `Accept-Encoding` and the [`Body`] with
+//! its [`Frames`]. `snapshot` copies what a render needs out of the index
+//! under one short read lock; `families` declares every family once and
+//! encodes the snapshot. The self-metric counters live in
 //! [`crate::health::Health`] as prometheus-client counters and are
 //! registered beside the collector.
 

@@ -25,9 +25,10 @@ use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::list_watch::{
-    bounded, Failed, Initial, Item, Progress, Selectors, Sink, Timing, WatchEnd,
-};
+use super::list_watch::{Initial, Progress, Selectors, WatchEnd};
+use super::request::{bounded, Failed};
+use super::sink::{Item, Sink};
+use super::timing::Timing;
 use crate::health::{ErrorReason, SyncMode};
 use crate::index::{Index, IndexResource};
 

@@ -10,7 +10,10 @@
 mod follow;
 pub mod ingest;
 pub mod list_watch;
+mod request;
+mod sink;
 pub mod slim;
+mod timing;
 pub mod trim;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +27,9 @@ use crate::health::ErrorReason;
 use crate::index::{Index, IndexResource, Resource};
 use crate::shared::Shared;
 use ingest::Ingest;
-pub use list_watch::{reason_of, Exit, Selectors, Timing};
+pub use list_watch::{Exit, Selectors};
+pub use request::reason_of;
+pub use timing::Timing;
 
 pub use follow::INITIAL_EVENTS_END;
 

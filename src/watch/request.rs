@@ -1,0 +1,66 @@
+//! How a request of the watch loop fails: [`Failed`], its closed-set
+//! reason ([`reason_of`]), and [`bounded`], which makes a request that
+//! never answers a failure too.
+//!
+//! Apart from the loop because both halves of a watch share it: the loop
+//! ([`super::list_watch`]) lists and opens watches with it, and
+//! [`super::follow`] ends a watch with it; the reasons are what health
+//! counts and backs off on.
+
+use std::time::Duration;
+
+use crate::health::ErrorReason;
+
+/// Maps a client error to its closed-set reason.
+pub fn reason_of(err: &kube::Error) -> ErrorReason {
+    match err {
+        kube::Error::Api(status) => ErrorReason::from_status(status.code),
+        kube::Error::SerdeError(_)
+        | kube::Error::FromUtf8(_)
+        | kube::Error::LinesCodecMaxLineLengthExceeded => ErrorReason::Decode,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => {
+            ErrorReason::Transport
+        }
+        _ => ErrorReason::Other,
+    }
+}
+
+/// A failed request.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Failed {
+    #[error("{0}")]
+    Api(#[source] kube::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("API error {code}: {message}")]
+    Status { code: u16, message: String },
+    #[error("watch closed {0:?} after it opened, before any event or bookmark")]
+    ClosedAtOnce(Duration),
+}
+
+impl Failed {
+    /// The reason counted, logged and backed off on.
+    pub(super) fn reason(&self) -> ErrorReason {
+        match self {
+            Failed::Api(e) => reason_of(e),
+            Failed::Timeout(_) => ErrorReason::Timeout,
+            Failed::Status { code, .. } => ErrorReason::from_status(*code),
+            // The stream gave nothing and ended: to us, a broken stream.
+            Failed::ClosedAtOnce(_) => ErrorReason::Transport,
+        }
+    }
+}
+
+/// The answer of `f`, or [`Failed::Timeout`] when none came within
+/// `limit`: a request that gets no answer is a failure to count and back
+/// off on, not a wait.
+pub(super) async fn bounded<F: std::future::Future<Output = Result<O, kube::Error>>, O>(
+    limit: Duration,
+    f: F,
+) -> Result<O, Failed> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(Ok(o)) => Ok(o),
+        Ok(Err(e)) => Err(Failed::Api(e)),
+        Err(_) => Err(Failed::Timeout(limit)),
+    }
+}
