@@ -54,7 +54,7 @@ impl AcceptEncoding {
 /// A scrape's answer: the body as chunks that share the cached bytes, so
 /// concurrent scrapers do not each hold a copy. With gzip, the chunks make
 /// one gzip file (a single member). A plain body of a large index part is
-/// kept compressed only ([`super::buckets::PLAIN_KEPT_UP_TO`]) and
+/// kept compressed only (past `buckets::PLAIN_KEPT_UP_TO`) and
 /// decompressed step by step as it is sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Body {
