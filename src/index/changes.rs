@@ -47,6 +47,11 @@ impl Changes {
         self.keys.iter()
     }
 
+    /// Whether the render these changes start redraws `key`.
+    pub fn covers(&self, key: &LockKey) -> bool {
+        self.all || self.keys.contains(key)
+    }
+
     /// Marks one key.
     pub fn mark(&mut self, key: &LockKey) {
         if self.all || self.keys.contains(key) {

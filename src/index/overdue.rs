@@ -3,7 +3,7 @@
 //! grace, so the clock's check touches only what is due instead of walking
 //! every Lease, and sleeps until the first deadline instead of polling.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::keys::LockKey;
 
@@ -19,6 +19,11 @@ pub struct OverdueQueue {
     /// [`OverdueQueue::take_moved_earlier`]: a checker sleeping until the
     /// old first deadline must wake.
     moved_earlier: bool,
+    /// Locks queued at a deadline already past by a write that also
+    /// re-renders them: that render shows them overdue, so reaching the
+    /// deadline needs no render of its own (a restart with many overdue
+    /// locks would otherwise redraw them all a second time).
+    shown: HashSet<LockKey>,
 }
 
 impl OverdueQueue {
@@ -31,6 +36,7 @@ impl OverdueQueue {
             }
             None => {}
         }
+        self.shown.remove(key);
         if self
             .by_deadline
             .first()
@@ -42,8 +48,22 @@ impl OverdueQueue {
         self.deadline_of.insert(key.clone(), deadline_ms);
     }
 
+    /// Notes that the render following this write shows `key` past its
+    /// deadline (see `shown`); forgotten when the deadline moves.
+    pub fn note_shown(&mut self, key: &LockKey) {
+        if self.deadline_of.contains_key(key) {
+            self.shown.insert(key.clone());
+        }
+    }
+
+    /// Whether a popped `key` was already shown past its deadline; forgets it.
+    pub fn take_shown(&mut self, key: &LockKey) -> bool {
+        self.shown.remove(key)
+    }
+
     /// Forgets a lock.
     pub fn remove(&mut self, key: &LockKey) {
+        self.shown.remove(key);
         if let Some(d) = self.deadline_of.remove(key) {
             self.by_deadline.remove(&(d, key.clone()));
         }
@@ -114,6 +134,24 @@ impl OverdueQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shown_deadline_is_forgotten_when_it_moves_or_is_taken() {
+        let mut q = OverdueQueue::default();
+        let (a, b) = (LockKey::new("ns", "a-m"), LockKey::new("ns", "b-m"));
+        q.note_shown(&b);
+        assert!(!q.take_shown(&b), "only a queued lock can be shown");
+        q.set(&a, 1_000);
+        q.note_shown(&a);
+        q.set(&a, 1_000);
+        assert!(q.take_shown(&a), "the same deadline keeps it");
+        q.note_shown(&a);
+        q.set(&a, 2_000);
+        assert!(!q.take_shown(&a), "a moved deadline was not shown");
+        q.note_shown(&a);
+        q.remove(&a);
+        assert!(!q.take_shown(&a));
+    }
 
     #[test]
     fn says_when_the_first_deadline_moves_earlier() {

@@ -221,6 +221,7 @@ impl Index {
         let now_ms = (super::unix_seconds(now) * 1000.0).floor() as i64;
         let mut found = Vec::new();
         for key in self.overdue.pop_due(now_ms) {
+            let shown = self.overdue.take_shown(&key);
             let Some(lock) = self.locks.get(&key) else {
                 continue;
             };
@@ -254,8 +255,11 @@ impl Index {
             if let Some(l) = self.locks.get_mut(&key) {
                 l.state.overdue_logged = true;
             }
-            // captf_state_lock_overdue turned 1 with the clock alone.
-            self.mark(&key);
+            // captf_state_lock_overdue turned 1 with the clock alone,
+            // unless a render after its deadline already drew it.
+            if !shown {
+                self.mark(&key);
+            }
         }
         found
     }

@@ -139,6 +139,35 @@ fn the_next_clock_deadline_is_the_first_lock_to_turn_overdue() {
 }
 
 #[test]
+fn a_lock_already_overdue_when_written_costs_no_second_render() {
+    let mut ix = Index::new();
+    ix.feed(
+        Resource::TerraformMachines,
+        machine_with_lock_timeout("a", 60),
+    );
+    // Taken an hour before the exporter sees it: overdue from its first render.
+    let mut old = info("alice@laptop");
+    old.created = Some(chrono::DateTime::<chrono::Utc>::from(
+        t0() - Duration::from_secs(3600),
+    ));
+    ix.feed(
+        Resource::Leases,
+        lease_change(Kind::TerraformMachine, "a", Some(old)),
+    );
+    assert!(!ix.take_changes().is_empty(), "the write redraws the lock");
+    assert_eq!(ix.newly_overdue(t0() + Duration::from_secs(1)).len(), 1);
+    assert!(
+        ix.take_changes().is_empty(),
+        "that render already showed it overdue: nothing to redraw"
+    );
+    // One that turns overdue while watched is redrawn when it does.
+    let mut ix = index_with_alices_lock_on_a();
+    ix.take_changes();
+    assert_eq!(ix.newly_overdue(t0() + Duration::from_secs(61)).len(), 1);
+    assert!(!ix.take_changes().is_empty());
+}
+
+#[test]
 fn counters_of_deleted_objects_go_when_no_event_names_them() {
     let mut ix = Index::new();
     let m = Kind::TerraformMachine;
