@@ -34,19 +34,12 @@ pub async fn run_counted(shared: &Shared, least_gap: Duration, checks: &AtomicU6
         check_mismatches(shared);
         log_overdue(shared);
         let next = shared.read(|ix| ix.next_clock_deadline());
-        match next.map(|ms| until_unix_ms(ms, SystemTime::now())) {
-            Some(wait) => {
-                tokio::select! {
-                    () = shared.clock_moved() => {}
-                    () = tokio::time::sleep(wait.min(LONGEST_SLEEP)) => {}
-                }
-            }
-            None => {
-                tokio::select! {
-                    () = shared.clock_moved() => {}
-                    () = tokio::time::sleep(LONGEST_SLEEP) => {}
-                }
-            }
+        let wait = next.map_or(LONGEST_SLEEP, |ms| {
+            until_unix_ms(ms, SystemTime::now()).min(LONGEST_SLEEP)
+        });
+        tokio::select! {
+            () = shared.clock_moved() => {}
+            () = tokio::time::sleep(wait) => {}
         }
         // A stream of writes, each moving a deadline earlier, is checked
         // once per gap, as the old fixed tick did.
@@ -56,9 +49,7 @@ pub async fn run_counted(shared: &Shared, least_gap: Duration, checks: &AtomicU6
 
 /// How long from `now` until the Unix time `ms`; zero when it has passed.
 fn until_unix_ms(ms: i64, now: SystemTime) -> Duration {
-    let now_ms = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let now_ms = crate::index::unix_ms(now);
     // Deadlines are floored to whole ms and popped strictly before now:
     // one ms more finds the lock due on the first look.
     Duration::from_millis(u64::try_from(ms.saturating_sub(now_ms).saturating_add(1)).unwrap_or(0))

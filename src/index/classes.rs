@@ -163,11 +163,9 @@ impl Index {
         match deadline {
             Some(d) => {
                 self.overdue.set(key, d);
-                #[allow(clippy::cast_possible_truncation)]
-                let now_ms = (super::unix_seconds(now) * 1000.0).floor() as i64;
                 // Past already, and this write redraws the key: the render,
                 // later than now, computes it overdue from the clock.
-                if d < now_ms && self.changes.covers(key) {
+                if d < super::unix_ms(now) && self.changes.covers(key) {
                     self.overdue.note_shown(key);
                 }
             }

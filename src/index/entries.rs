@@ -182,6 +182,14 @@ pub fn unix_seconds(t: SystemTime) -> f64 {
     }
 }
 
+/// `t` as whole Unix milliseconds, rounded down (the unit of the clock's
+/// deadline queues).
+pub fn unix_ms(t: SystemTime) -> i64 {
+    #[allow(clippy::cast_possible_truncation)]
+    let ms = (unix_seconds(t) * 1000.0).floor() as i64;
+    ms
+}
+
 /// The longest prefix of `s` of at most `max` bytes that ends on a char
 /// boundary.
 pub fn cap(s: &str, max: usize) -> &str {

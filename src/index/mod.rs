@@ -37,9 +37,9 @@ use std::time::SystemTime;
 pub use crate::core::verdict::StateReadable;
 pub use changes::Changes;
 pub use entries::{
-    cap, unix_seconds, AgeSource, CapiCluster, CaptfStatus, ForceUnlockEvent, ForceUnlocks,
-    LockLease, PlanEntry, PodState, TerraformCluster, TfObject, MAX_CONDITION_MESSAGE_BYTES,
-    MAX_LABEL_BYTES,
+    cap, unix_ms, unix_seconds, AgeSource, CapiCluster, CaptfStatus, ForceUnlockEvent,
+    ForceUnlocks, LockLease, PlanEntry, PodState, TerraformCluster, TfObject,
+    MAX_CONDITION_MESSAGE_BYTES, MAX_LABEL_BYTES,
 };
 pub use force_unlocks::MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE;
 pub use keys::{LockKey, ObjectKey, ObjectRef};

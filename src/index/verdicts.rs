@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use super::keys::LockKey;
 use super::overdue::OverdueQueue;
+use super::unix_ms;
 use crate::core::verdict::Difference;
 
 /// `--verdict-grace` unless set.
@@ -40,12 +41,6 @@ impl Default for VerdictIndex {
             due: OverdueQueue::default(),
         }
     }
-}
-
-fn unix_ms(t: SystemTime) -> i64 {
-    #[allow(clippy::cast_possible_truncation)]
-    let ms = (super::unix_seconds(t) * 1000.0).floor() as i64;
-    ms
 }
 
 impl VerdictIndex {

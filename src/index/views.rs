@@ -217,8 +217,7 @@ impl Index {
         for key in self.overdue.take_stale() {
             self.schedule_overdue(&key, now);
         }
-        #[allow(clippy::cast_possible_truncation)]
-        let now_ms = (super::unix_seconds(now) * 1000.0).floor() as i64;
+        let now_ms = super::unix_ms(now);
         let mut found = Vec::new();
         for key in self.overdue.pop_due(now_ms) {
             let shown = self.overdue.take_shown(&key);
