@@ -114,6 +114,10 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         shared.watch_list.disable();
         tracing::info!("--watch-list=false: every watch lists in pages");
     }
+    if !cli.api_protobuf {
+        shared.wire.json_only();
+        tracing::info!("--api-protobuf=false: every watch asks for JSON");
+    }
     let timing = Timing {
         watch_timeout: cli.watch_timeout,
         ..Timing::DEFAULT

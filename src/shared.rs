@@ -39,6 +39,8 @@ pub struct Shared {
     /// Whether the API server streams watch-lists (learned by the
     /// watches, once).
     pub watch_list: crate::watch::WatchList,
+    /// Whether watches of built-in kinds ask for protobuf.
+    pub wire: crate::watch::Wire,
     /// The version reported by build_info.
     pub version: &'static str,
 }
@@ -56,6 +58,7 @@ impl Shared {
             confirm_tx,
             api: Arc::new(ApiLink::new()),
             watch_list: crate::watch::WatchList::default(),
+            wire: crate::watch::Wire::default(),
             version: env!("CARGO_PKG_VERSION"),
         };
         (Arc::new(shared), confirm_rx)

@@ -25,7 +25,9 @@ use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use super::encoding::watch_protobuf;
 use super::list_watch::{Initial, Progress, Selectors, WatchEnd};
+use super::proto::Protobuf;
 use super::request::{bounded, Failed};
 use super::sink::{Item, Sink};
 use super::timing::Timing;
@@ -63,6 +65,9 @@ pub(super) fn cache_initializing(err: &kube::Error) -> bool {
 
 /// Opens a watch: from `rv`, or (`streaming`) a watch-list of the whole
 /// state. `seconds` is the `timeoutSeconds` asked.
+/// A built-in kind with a protobuf reader asks for protobuf unless
+/// `protobuf` is false (`--api-protobuf=false`).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn open<K>(
     api: &Api<K>,
     selectors: &Selectors,
@@ -70,9 +75,10 @@ pub(super) async fn open<K>(
     seconds: u32,
     rv: &str,
     streaming: bool,
+    protobuf: bool,
 ) -> Result<Events<K>, Failed>
 where
-    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: kube::Resource + Clone + DeserializeOwned + Protobuf + std::fmt::Debug + Send + 'static,
 {
     let mut params = WatchParams::default().timeout(seconds);
     if streaming {
@@ -84,8 +90,12 @@ where
     if let Some(f) = selectors.fields {
         params = params.fields(f);
     }
-    let stream = bounded(timing.request, api.watch(&params, rv)).await?;
-    Ok(stream.boxed())
+    match K::PROTOBUF.filter(|_| protobuf) {
+        Some(kind) => bounded(timing.request, watch_protobuf(api, &params, rv, kind)).await,
+        None => Ok(bounded(timing.request, api.watch(&params, rv))
+            .await?
+            .boxed()),
+    }
 }
 
 /// True for an error of one watch line that is not the stream's: the

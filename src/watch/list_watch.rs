@@ -48,6 +48,7 @@ use crate::index::{Index, IndexResource};
 use crate::shared::Shared;
 use crate::watch::follow;
 use crate::watch::ingest::Ingest;
+use crate::watch::proto::Protobuf;
 use crate::watch::request::{bounded, Failed};
 use crate::watch::sink::{Item, Sink};
 use crate::watch::timing::{Backoff, Timing};
@@ -87,7 +88,7 @@ pub async fn run<K, T, F>(
     give_up: impl Fn(&kube::Error) -> bool,
 ) -> Exit
 where
-    K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K: kube::Resource + Clone + DeserializeOwned + Protobuf + std::fmt::Debug + Send + 'static,
     Index: IndexResource<T>,
     F: Fn(&K) -> Item<T>,
 {
@@ -134,7 +135,16 @@ where
         last_watch = Some(Instant::now());
         let attempt = Instant::now();
         let seconds = backoff.watch_seconds();
-        let opened = follow::open(&api, &selectors, timing, seconds, &rv, streaming).await;
+        let opened = follow::open(
+            &api,
+            &selectors,
+            timing,
+            seconds,
+            &rv,
+            streaming,
+            shared.wire.protobuf(),
+        )
+        .await;
         let stream = match opened {
             Ok(s) => s,
             // A watch cache still filling answers a watch-list 429 ("storage

@@ -7,9 +7,11 @@
 //! Where each resource is served comes from the resource table
 //! ([`Resource::spec`]).
 
+mod encoding;
 mod follow;
 pub mod ingest;
 pub mod list_watch;
+pub mod proto;
 mod request;
 mod sink;
 pub mod slim;
@@ -31,6 +33,7 @@ pub use list_watch::{Exit, Selectors};
 pub use request::reason_of;
 pub use timing::Timing;
 
+pub use encoding::Wire;
 pub use follow::INITIAL_EVENTS_END;
 
 /// Whether the API server streams watch-lists, learned once per process
@@ -166,6 +169,7 @@ async fn watch_simple<K, T, F>(
     K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>
         + Clone
         + serde::de::DeserializeOwned
+        + proto::Protobuf
         + std::fmt::Debug
         + Send
         + 'static,

@@ -87,6 +87,7 @@ pub struct LeaseObject {
     pub spec: Option<LeaseSpec>,
 }
 slim_resource!(LeaseObject);
+// Its protobuf reader: `crate::watch::proto::lease`.
 
 /// The part of a pod status the exporter reads.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -107,6 +108,7 @@ pub struct PodObject {
     pub status: Option<PodStatus>,
 }
 slim_resource!(PodObject);
+impl crate::watch::proto::Protobuf for PodObject {}
 
 /// `spec.jobs` (or `spec.defaults.jobs`) as written.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -229,6 +231,7 @@ pub struct TerraformObject {
     pub status: Option<TerraformStatus>,
 }
 slim_resource!(TerraformObject);
+impl crate::watch::proto::Protobuf for TerraformObject {}
 
 /// `spec.targetRef` of a TerraformPlan.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -272,6 +275,7 @@ pub struct TerraformPlanObject {
     pub status: Option<PlanStatusDoc>,
 }
 slim_resource!(TerraformPlanObject);
+impl crate::watch::proto::Protobuf for TerraformPlanObject {}
 
 /// `spec.infrastructureRef` of a CAPI Cluster, in either version's shape.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -311,6 +315,7 @@ pub struct CapiClusterObject {
     pub spec: Option<CapiSpec>,
 }
 slim_resource!(CapiClusterObject);
+impl crate::watch::proto::Protobuf for CapiClusterObject {}
 
 /// An object an Event is about, or relates to.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -372,6 +377,7 @@ pub struct EventObject {
     pub deprecated_last_timestamp: String,
 }
 slim_resource!(EventObject);
+impl crate::watch::proto::Protobuf for EventObject {}
 
 #[cfg(test)]
 mod tests;
