@@ -19,9 +19,8 @@ case "${1:-}" in -h|--help) sed -n '2,15p' "$0"; exit 0 ;; esac
 
 ksm="$(tools/ksm/build.sh)"
 tools/kube/build.sh all >/dev/null
-if [[ ! -x target/release/captf-lock-exporter ]]; then
-  cargo build --release --locked --bin captf-lock-exporter
-fi
+# Always: a release binary left from an older checkout would be measured as this one.
+cargo build --release --locked --bin captf-lock-exporter
 
 out="${BENCH_OUT:-${BENCH_WORKDIR:+$BENCH_WORKDIR/ksm-compare.json}}"
 out="${out:-target/ksm-compare.json}"
