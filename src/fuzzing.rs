@@ -131,3 +131,26 @@ pub fn watch_line(data: &[u8]) {
     });
     let _ = ix.newly_overdue(now() + Duration::from_secs(86_400));
 }
+
+/// One frame of a protobuf watch of Leases (`crate::watch::proto`), read as
+/// the Lease watch reads it, trimmed and applied to an index, then read as
+/// `/metrics` reads it: any bytes give an event or an error, never a panic.
+pub fn watch_frame(data: &[u8]) {
+    let kind = <LeaseObject as crate::watch::proto::Protobuf>::PROTOBUF;
+    let Some(kind) = kind else {
+        panic!("Leases have a protobuf reader");
+    };
+    let (o, applied) = match crate::watch::proto::watch_event(data, kind) {
+        Ok(WatchEvent::Added(o) | WatchEvent::Modified(o)) => (o, true),
+        Ok(WatchEvent::Deleted(o)) => (o, false),
+        Ok(WatchEvent::Bookmark(_) | WatchEvent::Error(_)) | Err(_) => return,
+    };
+    let mut ix = Index::new();
+    let (k, v) = trim::lease(&o);
+    feed(&mut ix, k, v, applied);
+    ix.for_each_lock(|v| {
+        let _ = v.age(now());
+        assert!(v.lease.holder_label().len() <= MAX_LABEL_BYTES);
+        assert!(v.lease.lock_id_label().len() <= MAX_LABEL_BYTES);
+    });
+}

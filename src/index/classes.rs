@@ -239,9 +239,14 @@ pub(super) fn claimed_by(key: &LockKey, lease: &LockLease) -> Option<LockKey> {
 }
 
 /// Kind and name from a Lease's owner labels, only when they reproduce its
-/// suffix. A long name is hashed in the label, and a copied label names
-/// another object: neither is this lock's object.
+/// suffix ([`LockLease::verified_label_owner`], computed when the entry
+/// was made); a key that is not the Lease's own is checked here.
 fn verified_label_owner(key: &LockKey, lease: &LockLease) -> Option<(Kind, String)> {
+    if key.namespace == lease.namespace && key.suffix == lease.suffix {
+        return lease
+            .verified_label_owner()
+            .map(|(kind, name)| (kind, name.to_string()));
+    }
     let kind = lease.owner_kind()?;
     let name = lease.label_name.as_deref()?;
     (state_suffix(&key.namespace, kind, name) == key.suffix).then(|| (kind, name.to_string()))

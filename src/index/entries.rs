@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use crate::core::classify::{lock_id, HolderClass};
 use crate::core::kind::Kind;
 use crate::core::lockinfo::{LockInfo, LockInfoError};
-use crate::core::suffix::{kind_of_suffix, lock_lease_name};
+use crate::core::suffix::{kind_of_suffix, lock_lease_name, state_suffix};
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
 use crate::core::verdict::{CaptfReason, ConditionStatus, StateReadable};
 
@@ -60,6 +60,10 @@ pub struct LockLease {
     pub info_error: Option<LockInfoError>,
     /// `Who` was longer than kept: `info.who` is its head and host only.
     pub who_cut: bool,
+    /// The owner labels (kind, name) reproduce the suffix: computed once
+    /// here, in the watch task, not under the index's lock at every
+    /// reclassification (a sha256 each).
+    label_owner_verified: bool,
 }
 
 impl LockLease {
@@ -77,16 +81,32 @@ impl LockLease {
             Ok(i) => (i.map(cap_info), None),
             Err(e) => (None, Some(e)),
         };
+        let label_kind = label_kind.and_then(Kind::from_kind);
+        let label_owner_verified =
+            match (label_kind.or_else(|| kind_of_suffix(&suffix)), &label_name) {
+                (Some(kind), Some(name)) => state_suffix(&namespace, kind, name) == suffix,
+                _ => false,
+            };
         LockLease {
             namespace,
             suffix,
-            label_kind: label_kind.and_then(Kind::from_kind),
+            label_kind,
             label_name,
             holder_identity,
             info,
             info_error,
             who_cut,
+            label_owner_verified,
         }
+    }
+
+    /// Kind and name from the owner labels, only when they reproduce the
+    /// suffix. A long name is hashed in the label, and a copied label
+    /// names another object: neither is this lock's object.
+    pub fn verified_label_owner(&self) -> Option<(Kind, &str)> {
+        let kind = self.owner_kind()?;
+        let name = self.label_name.as_deref()?;
+        self.label_owner_verified.then_some((kind, name))
     }
 
     /// The Lease's name.

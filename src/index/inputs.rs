@@ -376,6 +376,13 @@ impl Index {
         K: Eq + std::hash::Hash + Clone,
     {
         let mut fx = Effects::default();
+        // A sync this large redraws everything anyway (past
+        // MAX_MARKED_KEYS the set gives up): saying so first spares a
+        // hash-set insert per key under the lock (a first sync of 10k
+        // Leases spent a tenth of its CPU there).
+        if items.len() + stale.len() >= super::changes::MAX_MARKED_KEYS / 4 {
+            self.changes.mark_all();
+        }
         // A first list has nothing stale: no set of every listed key then.
         if !stale.is_empty() {
             let listed: HashSet<K> = items.iter().map(|(k, _)| k.clone()).collect();
