@@ -138,7 +138,7 @@ impl IndexResource<TfObject> for Index {
             self.overdue.mark_stale();
             self.changes.mark_all();
         }
-        let lock = self.policy.apply_object(key, obj);
+        let lock = self.policy.apply_object(lock, key, obj);
         // Own-pod recognition needs the object's full name: reclassify its
         // lock (which also compares CAPTF's verdict in the status with it).
         self.reclassify_lock_or_review(&lock, now, &mut fx);

@@ -34,8 +34,10 @@ impl PolicyIndex {
     }
 
     /// Stores a Terraform* object; returns its lock key.
-    pub fn apply_object(&mut self, key: ObjectKey, obj: TfObject) -> LockKey {
-        let lock = self.remove_object(obj.kind, &key);
+    /// `lock` is the object's lock key (its suffix, computed by the caller
+    /// once: a sha256).
+    pub fn apply_object(&mut self, lock: LockKey, key: ObjectKey, obj: TfObject) -> LockKey {
+        self.remove_object_at(&lock, obj.kind, &key);
         if let Some(tc) = &obj.cluster {
             if let Some(label) = &obj.cluster_label {
                 self.clusters_by_label
@@ -61,13 +63,18 @@ impl PolicyIndex {
             &key.namespace,
             state_suffix(&key.namespace, kind, &key.name),
         );
-        self.objects.remove(&lock);
+        self.remove_object_at(&lock, kind, key);
+        lock
+    }
+
+    /// Removes the Terraform* object of lock key `lock`.
+    fn remove_object_at(&mut self, lock: &LockKey, kind: Kind, key: &ObjectKey) {
+        self.objects.remove(lock);
         if kind == Kind::TerraformCluster {
             if let Some(old) = self.clusters.remove(key) {
                 self.unindex_label(key, old.cluster_label.as_deref());
             }
         }
-        lock
     }
 
     fn unindex_label(&mut self, key: &ObjectKey, label: Option<&str>) {
