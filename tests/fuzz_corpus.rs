@@ -37,3 +37,8 @@ fn own_pod_corpus() {
 fn watch_line_corpus() {
     replay("watch_line", fuzzing::watch_line);
 }
+
+#[test]
+fn watch_frame_corpus() {
+    replay("watch_frame", fuzzing::watch_frame);
+}
