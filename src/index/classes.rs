@@ -238,18 +238,14 @@ pub(super) fn claimed_by(key: &LockKey, lease: &LockLease) -> Option<LockKey> {
     ))
 }
 
-/// Kind and name from a Lease's owner labels, only when they reproduce its
-/// suffix ([`LockLease::verified_label_owner`], computed when the entry
-/// was made); a key that is not the Lease's own is checked here.
+/// Kind and name from the owner labels of the Lease at `key`, only when
+/// they reproduce its suffix ([`LockLease::verified_label_owner`], checked
+/// once when the entry was made from that same namespace and suffix).
 fn verified_label_owner(key: &LockKey, lease: &LockLease) -> Option<(Kind, String)> {
-    if key.namespace == lease.namespace && key.suffix == lease.suffix {
-        return lease
-            .verified_label_owner()
-            .map(|(kind, name)| (kind, name.to_string()));
-    }
-    let kind = lease.owner_kind()?;
-    let name = lease.label_name.as_deref()?;
-    (state_suffix(&key.namespace, kind, name) == key.suffix).then(|| (kind, name.to_string()))
+    debug_assert!(key.namespace == lease.namespace && key.suffix == lease.suffix);
+    lease
+        .verified_label_owner()
+        .map(|(kind, name)| (kind, name.to_string()))
 }
 
 /// The verifier's questions.

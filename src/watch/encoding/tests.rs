@@ -113,6 +113,21 @@ async fn all(events: Events<LeaseObject>) -> Vec<Result<WatchEvent<LeaseObject>,
     events.collect().await
 }
 
+/// Every event of a watch whose answer is 200, protobuf, in `chunks`.
+async fn protobuf_answer(
+    chunks: Vec<Result<Vec<u8>, std::io::ErrorKind>>,
+) -> Vec<Result<WatchEvent<LeaseObject>, kube::Error>> {
+    let (c, _) = client(Script {
+        code: 200,
+        content_type: "application/vnd.kubernetes.protobuf;stream=watch",
+        chunks,
+    });
+    let events = watch_protobuf(&leases(c), &WatchParams::default(), "1", KIND)
+        .await
+        .unwrap();
+    all(events).await
+}
+
 fn name(e: &Result<WatchEvent<LeaseObject>, kube::Error>) -> String {
     match e {
         Ok(WatchEvent::Added(l) | WatchEvent::Modified(l) | WatchEvent::Deleted(l)) => {
@@ -185,15 +200,7 @@ async fn a_json_answer_is_read_as_json_lines() {
 async fn an_unreadable_frame_is_one_decode_error_and_the_stream_goes_on() {
     let mut body = framed("ADDED", b"not an object".to_vec());
     body.extend(framed("ADDED", object("Lease", lease_named("after", "7"))));
-    let (c, _) = client(Script {
-        code: 200,
-        content_type: "application/vnd.kubernetes.protobuf;stream=watch",
-        chunks: vec![Ok(body)],
-    });
-    let events = watch_protobuf(&leases(c), &WatchParams::default(), "1", KIND)
-        .await
-        .unwrap();
-    let got = all(events).await;
+    let got = protobuf_answer(vec![Ok(body)]).await;
     assert!(
         matches!(got[0], Err(kube::Error::SerdeError(_))),
         "{:?}",
@@ -267,22 +274,15 @@ async fn a_cut_body_ends_the_stream_and_a_broken_one_is_an_error() {
         ),
     ];
     for (kind, want) in cases {
-        let (c, _) = client(Script {
-            code: 200,
-            content_type: "application/vnd.kubernetes.protobuf;stream=watch",
-            chunks: vec![Ok(good.clone()), Ok(half[..5].to_vec()), Err(kind)],
-        });
-        let events = watch_protobuf(&leases(c), &WatchParams::default(), "1", KIND)
-            .await
-            .unwrap();
-        let got: Vec<String> = all(events)
-            .await
-            .iter()
-            .map(|e| match e {
-                Err(kube::Error::ReadEvents(_)) => "err".to_string(),
-                e => name(e),
-            })
-            .collect();
+        let got: Vec<String> =
+            protobuf_answer(vec![Ok(good.clone()), Ok(half[..5].to_vec()), Err(kind)])
+                .await
+                .iter()
+                .map(|e| match e {
+                    Err(kube::Error::ReadEvents(_)) => "err".to_string(),
+                    e => name(e),
+                })
+                .collect();
         assert_eq!(got, want, "{kind:?}");
     }
 }
@@ -290,15 +290,7 @@ async fn a_cut_body_ends_the_stream_and_a_broken_one_is_an_error() {
 #[tokio::test]
 async fn a_frame_longer_than_the_limit_breaks_the_stream_unbuffered() {
     let len = (MAX_FRAME as u32 + 1).to_be_bytes().to_vec();
-    let (c, _) = client(Script {
-        code: 200,
-        content_type: "application/vnd.kubernetes.protobuf;stream=watch",
-        chunks: vec![Ok(len)],
-    });
-    let events = watch_protobuf(&leases(c), &WatchParams::default(), "1", KIND)
-        .await
-        .unwrap();
-    let got = all(events).await;
+    let got = protobuf_answer(vec![Ok(len)]).await;
     assert_eq!(got.len(), 1);
     assert!(
         matches!(got[0], Err(kube::Error::ReadEvents(_))),
