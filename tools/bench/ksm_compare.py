@@ -15,7 +15,10 @@ server:
             static HTTP server (this file, ``--serve-static``, a separate process);
 
 and, with ``--ksm-gzip`` (the default), a second KSM with ``--enable-gzip-encoding`` for the
-scrape and size rows only. Each tool's phase: start -> ready (CPU seconds by then) -> 60 s at rest
+scrape and size rows only; with ``--ksm-facts`` (the default), a third KSM given the same facts
+as the exporter needs for its verdicts (``--resources=leases`` plus a custom-resource-state
+config for the TerraformMachines' and TerraformClusters' lock timeouts and CAPTF's StateReadable
+condition, ServiceAccount ``captf-bench/ksm-facts``), through every row. Each tool's phase: start -> ready (CPU seconds by then) -> 60 s at rest
 (no scrapes: idle CPU, API requests from the audit log, VmRSS at its end) -> body sizes ->
 100 sequential scrapes -> 10 concurrent scrapers (VmHWM after a clear_refs reset, and VmRSS
 sampled every 5 ms) -> stopped by PID. Prints a Markdown table; ``--out`` gets everything as JSON.
@@ -404,6 +407,36 @@ EXPORTER_RULES = [
     {"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["get", "list", "watch"]},
 ]
 KSM_RULES = [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "watch"]}]
+#: KSM given the facts the exporter's verdicts need: its custom-resource-state discovery lists and
+#: watches CRDs, then the kinds its config names
+KSM_FACTS_RULES = [
+    *KSM_RULES,
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["infrastructure.cluster.x-k8s.io"], "resources": ["terraformmachines", "terraformclusters"],
+     "verbs": ["list", "watch"]},
+]
+
+
+def ksm_facts_config(version: str) -> str:
+    """kube-state-metrics' custom-resource-state config for what the exporter reads of the
+    Terraform* objects to judge a lock: the lock timeout (spec.jobs, and a TerraformCluster's
+    spec.defaults.jobs it passes down) and CAPTF's own verdict, the StateReadable condition."""
+    def gauge(name: str, help_: str, path: list[str]) -> dict[str, Any]:
+        return {"name": name, "help": help_, "each": {"type": "Gauge", "gauge": {"path": path, "nilIsZero": True}}}
+    readable = {"name": "state_readable", "help": "status.conditions[StateReadable].status",
+                "each": {"type": "StateSet", "stateSet": {
+                    "labelName": "status", "path": ["status", "conditions", "[type=StateReadable]", "status"],
+                    "list": ["True", "False", "Unknown"]}}}
+    gvk = lambda kind: {"group": "infrastructure.cluster.x-k8s.io", "version": version, "kind": kind}  # noqa: E731
+    cfg = {"kind": "CustomResourceStateMetrics", "spec": {"resources": [
+        {"groupVersionKind": gvk("TerraformMachine"), "metricNamePrefix": "captf_terraformmachine",
+         "metrics": [gauge("lock_timeout_seconds", "spec.jobs.lockTimeoutSeconds",
+                           ["spec", "jobs", "lockTimeoutSeconds"]), readable]},
+        {"groupVersionKind": gvk("TerraformCluster"), "metricNamePrefix": "captf_terraformcluster",
+         "metrics": [gauge("default_lock_timeout_seconds", "spec.defaults.jobs.lockTimeoutSeconds",
+                           ["spec", "defaults", "jobs", "lockTimeoutSeconds"]), readable]},
+    ]}}
+    return json.dumps(cfg, indent=1)  # YAML is a superset of JSON
 
 
 def service_account(cp: Any, name: str, rules: list[dict[str, Any]], workdir: Path) -> tuple[str, Path]:
@@ -738,6 +771,8 @@ def fmt_table(res: dict[str, Any]) -> str:
             ("static", "static anchor")]
     if "ksm_gzip" in res["tools"]:
         cols.insert(2, ("ksm_gzip", "KSM --enable-gzip-encoding"))
+    if "ksm_facts" in res["tools"]:
+        cols.insert(len(cols) - 1, ("ksm_facts", "KSM with the same facts (Leases + Terraform* timeouts, StateReadable)"))
     T = res["tools"]
 
     def g(tool: str, key: str, f: Callable[[Any], str] = str) -> str:
@@ -779,6 +814,9 @@ def fmt_table(res: dict[str, Any]) -> str:
                         f"free {res['series']['exporter']['series_per_free_lease']:g})",
             "ksm": f"{res['series']['ksm']['series_per_lease']:g}",
             "ksm_gzip": f"{res['series']['ksm']['series_per_lease']:g}",
+            "ksm_facts": (f"{res['series']['ksm_facts']['series_per_lease']:g} "
+                          f"+ {res['series']['ksm_facts']['series_per_machine']:g} per TerraformMachine")
+            if "ksm_facts" in res["series"] else "–",
             "static": f"{res['series']['exporter']['series_per_object']:g}"}[t]),
     ]
     # exporter against KSM as shipped (its gzip row against KSM with gzip, which serves gzip):
@@ -815,16 +853,27 @@ def fmt_table(res: dict[str, Any]) -> str:
         "machine busy": "–", "series per Lease": "– (not the same content)",
     }
 
-    def verdict(label: str) -> str:
+    keys = {"time to ready": "ready_s", "RSS at rest": "rss_rest_MiB", "peak RSS": "rss_peak_conc_MiB",
+            "RSS after": "rss_after_MiB", "scrape p50": "scrape_p50_ms", "concurrent": "conc_p99_ms",
+            "CPU per scrape": "cpu_per_scrape_ms", "idle CPU": "idle_cpu_pct",
+            "thread wakeups": "idle_wakeups_per_min", "API requests": "api_req_per_min"}
+    floors = {"idle CPU": 0.001, "thread wakeups": 1, "API requests": 0.5}
+
+    def verdict(label: str, facts: bool = False) -> str:
         for k, v in verdicts.items():
             if label.startswith(k) or k in label:
+                if facts:
+                    return versus(keys[k], "ksm_facts", floor=floors.get(k, 0.01)) if k in keys else "–"
                 return v
         return "–"
 
-    lines = ["| figure | " + " | ".join(c[1] for c in cols) + " | exporter vs KSM |",
-             "| --- | " + " | ".join("---" for _ in cols) + " | --- |"]
+    with_facts = "ksm_facts" in T
+    lines = ["| figure | " + " | ".join(c[1] for c in cols) + " | exporter vs KSM |"
+             + (" exporter vs KSM with the same facts |" if with_facts else ""),
+             "| --- | " + " | ".join("---" for _ in cols) + " | --- |" + (" --- |" if with_facts else "")]
     for label, f in rows:
-        lines.append(f"| {label} | " + " | ".join(f(c[0]) for c in cols) + f" | {verdict(label)} |")
+        lines.append(f"| {label} | " + " | ".join(f(c[0]) for c in cols) + f" | {verdict(label)} |"
+                     + (f" {verdict(label, True)} |" if with_facts else ""))
     return "\n".join(lines)
 
 
@@ -850,6 +899,9 @@ def main() -> int:
     ap.add_argument("--ksm", default=default_ksm(), help="the kube-state-metrics binary (tools/ksm/build.sh)")
     ap.add_argument("--ksm-gzip", choices=("yes", "no"), default="yes",
                     help="also run KSM with --enable-gzip-encoding for the scrape and size rows")
+    ap.add_argument("--ksm-facts", choices=("yes", "no"), default="yes",
+                    help="also run KSM given the facts the exporter's verdicts need (Leases and the "
+                         "Terraform* lock timeouts and StateReadable, by custom-resource-state), through every row")
     ap.add_argument("--scrapes", type=int, default=100, help="sequential scrapes per tool")
     ap.add_argument("--concurrency", type=int, default=10, help="concurrent scrapers")
     ap.add_argument("--concurrent-rounds", type=int, default=10, help="scrapes per concurrent scraper")
@@ -921,6 +973,13 @@ def main() -> int:
         ksm_user, ksm_kc = service_account(cp, "ksm", KSM_RULES, workdir)
         res["identities"] = {"exporter": exp_user + " (the chart's ClusterRole rules: get/list/watch)",
                              "ksm": ksm_user + " (list/watch leases)"}
+        if args.ksm_facts == "yes":
+            facts_user, facts_kc = service_account(cp, "ksm-facts", KSM_FACTS_RULES, workdir)
+            res["identities"]["ksm_facts"] = facts_user + (" (list/watch leases, CRDs, terraformmachines, "
+                                                           "terraformclusters)")
+            gv = cp.kube.get("/apis/infrastructure.cluster.x-k8s.io").json()["preferredVersion"]["version"]
+            facts_cfg = workdir / "ksm-facts.yaml"
+            facts_cfg.write_text(ksm_facts_config(gv))
 
         nss, objs = build_fleet(args.leases, args.held, args.namespaces)
         for ns in nss:
@@ -978,22 +1037,28 @@ def main() -> int:
         res["tools"]["exporter"] = r
 
         # ---- kube-state-metrics ----
-        def run_ksm(name: str, extra: list[str], rows: set[str] | None, *, starts: int = 1) -> dict[str, Any]:
+        def run_ksm(name: str, extra: list[str], rows: set[str] | None, *, starts: int = 1,
+                    user: str = ksm_user, kubeconfig: Path = ksm_kc,
+                    machines: bool = False) -> dict[str, Any]:
             port, tport = free_port(), free_port()
 
             def launch() -> subprocess.Popen:
-                return start([str(ksm_bin), f"--kubeconfig={ksm_kc}", "--resources=leases",
+                return start([str(ksm_bin), f"--kubeconfig={kubeconfig}", "--resources=leases",
                               "--host=127.0.0.1", f"--port={port}", "--telemetry-host=127.0.0.1",
                               f"--telemetry-port={tport}", *extra], workdir / f"{name}.log")
 
             def ready(s: Scraper) -> bool:
-                return count_lock_series(s.metrics()[1], "kube_lease_owner") == args.leases
-            earlier = [start_only(name, launch, port, ready, cp=cp, user=ksm_user, args=args)
+                body = s.metrics()[1]
+                if count_lock_series(body, "kube_lease_owner") != args.leases:
+                    return False
+                # with the facts: every TerraformMachine's lock timeout too
+                return not machines or body.count(b"\ncaptf_terraformmachine_lock_timeout_seconds{") == args.leases
+            earlier = [start_only(name, launch, port, ready, cp=cp, user=user, args=args)
                        for _ in range(starts - 1)]
             m0, t0 = mark(cp), time.monotonic()
             p = launch()
             try:
-                r = measure(name, p, port, ready, cp=cp, user=ksm_user, args=args, t_start=t0, mark=m0, rows=rows)
+                r = measure(name, p, port, ready, cp=cp, user=user, args=args, t_start=t0, mark=m0, rows=rows)
             finally:
                 stop(p)
             fold_starts(r, earlier)
@@ -1008,6 +1073,15 @@ def main() -> int:
             for k in ("_plain", "_gzip", "_text"):
                 r.pop(k, None)
             res["tools"]["ksm_gzip"] = r
+        if args.ksm_facts == "yes":
+            r = run_ksm("ksm_facts", [f"--custom-resource-state-config-file={facts_cfg}"], None,
+                        starts=args.starts, user=facts_user, kubeconfig=facts_kc, machines=True)
+            res["series"]["ksm_facts"] = series_per_lease_ksm(r["_text"], args.leases)
+            res["series"]["ksm_facts"]["series_per_machine"] = round(
+                sum(1 for line in r.pop("_text").splitlines() if line.startswith(b"captf_terraformmachine_"))
+                / max(1, args.leases), 2)
+            r.pop("_plain"), r.pop("_gzip")
+            res["tools"]["ksm_facts"] = r
 
         # ---- the static anchor ----
         port = free_port()
@@ -1037,7 +1111,7 @@ def main() -> int:
           + ", ".join(f"{k} {v}" for k, v in ex["families_per_object"].items()))
     print(f"                  KSM {ks['series_per_lease']:g}: "
           + ", ".join(f"{k} {v}" for k, v in ks["families_per_lease"].items()))
-    for tool in ("exporter", "ksm"):
+    for tool in ("exporter", "ksm", *(("ksm_facts",) if "ksm_facts" in res["tools"] else ())):
         a = res["tools"][tool].get("api_rest", {})
         print(f"API at rest, {tool}: {a.get('requests')} requests in {res['tools'][tool].get('idle_window_s')} s: "
               f"{a.get('by_verb_resource')}")
