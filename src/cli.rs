@@ -86,14 +86,6 @@ pub struct Cli {
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_WATCH_LIST", default_value_t = true, action = clap::ArgAction::Set, global = true)]
     pub watch_list: bool,
 
-    /// Objects per page when a whole state is listed (the custom
-    /// resources, pods and events, and everything on a server that does not
-    /// stream watch-lists), 100 to 10000. Pages are fetched one after the
-    /// other, so fewer pages start sooner (kube-apiserver 1.36 serves them
-    /// from its watch cache); each page is held whole while it is read.
-    #[arg(long, env = "CAPTF_LOCK_EXPORTER_LIST_PAGE_SIZE", default_value_t = 2000, value_parser = clap::value_parser!(u32).range(100..=10000), global = true)]
-    pub list_page_size: u32,
-
     /// Ask the API server for protobuf on watches of built-in kinds (the
     /// lock Leases), as client-go components do: it costs the server
     /// about a third of JSON to encode. Custom resources are JSON either
@@ -339,22 +331,16 @@ mod tests {
         assert!(cli.watch_list);
         assert!(cli.api_protobuf);
         assert_eq!(cli.watch_timeout, Duration::from_secs(300));
-        assert_eq!(cli.list_page_size, 2000);
         let cli = Cli::try_parse_from([
             "x",
             "--watch-list",
             "false",
             "--watch-timeout",
             "45s",
-            "--list-page-size",
-            "500",
             "demo",
         ])
         .expect("parses");
         assert!(!cli.watch_list);
-        assert_eq!(cli.list_page_size, 500);
-        assert!(err_of(&["--list-page-size", "99"]).contains("--list-page-size"));
-        assert!(err_of(&["--list-page-size", "10001"]).contains("--list-page-size"));
         assert_eq!(cli.watch_timeout, Duration::from_secs(45));
         assert!(err_of(&["--watch-timeout", "10s"]).contains("--watch-timeout"));
         assert!(err_of(&["--api-protobuf", "maybe"]).contains("--api-protobuf"));

@@ -120,7 +120,6 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     }
     let timing = Timing {
         watch_timeout: cli.watch_timeout,
-        page_size: cli.list_page_size,
         ..Timing::DEFAULT
     };
     for (name, task) in

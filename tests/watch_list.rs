@@ -1,8 +1,7 @@
-//! Starting like client-go: one streaming watch-list per resource read in
-//! protobuf (`sendInitialEvents=true`, ended by the
-//! `k8s.io/initial-events-end` bookmark), a paged list for the kinds read in
-//! JSON and for a server that does not stream (chosen once per server), and
-//! every whole sync counted in `watch_syncs_total{mode}`.
+//! Starting like client-go: one streaming watch-list per resource
+//! (`sendInitialEvents=true`, ended by the `k8s.io/initial-events-end`
+//! bookmark), and the paged list for a server that does not stream, chosen
+//! once per server and counted in `watch_syncs_total{mode}`.
 //!
 //! The scripted API (`support::FakeApi`) answers as kube-apiserver does;
 //! the same paths run against the real one in `tests/realkube/test_watch.py`.
@@ -44,7 +43,7 @@ async fn wait_ready(shared: &std::sync::Arc<captf_lock_exporter::shared::Shared>
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_streaming_server_streams_the_leases_and_lists_the_json_kinds_in_pages() {
+async fn a_streaming_server_is_read_with_one_watch_list_per_resource_and_no_list() {
     let api = FakeApi::streaming(|path, is_watch, n| match (path, is_watch, n) {
         (LEASES, true, 1) => Reply::Watch(
             vec![
@@ -54,15 +53,19 @@ async fn a_streaming_server_streams_the_leases_and_lists_the_json_kinds_in_pages
             ],
             true,
         ),
-        (PODS, false, _) => Reply::Json(200, list(vec![], 20)),
-        (MACHINES, false, _) => Reply::Json(200, list(vec![machine("a", 5)], 20)),
+        (PODS, true, 1) => Reply::Watch(vec![end_bookmark("Pod", 20)], true),
+        (MACHINES, true, 1) => Reply::Watch(
+            vec![added(machine("a", 5)), end_bookmark("TerraformMachine", 20)],
+            true,
+        ),
         (LEASES | PODS | MACHINES, true, _) => Reply::Watch(vec![], true),
         _ => not_served(),
     });
     let shared = start(&api);
     wait_ready(&shared, 10).await;
     wait_for(&shared, "lock a", 10, |t| has_lock(t, "a", "foreign")).await;
-    assert_eq!(api.calls(LEASES, false), 0, "the Leases: no LIST at all");
+    assert_eq!(api.calls(LEASES, false), 0, "no LIST at all");
+    assert_eq!(api.calls(MACHINES, false), 0, "no LIST at all");
     let q = &watch_queries(&api, LEASES)[0];
     for part in [
         "sendInitialEvents=true",
@@ -83,32 +86,6 @@ async fn a_streaming_server_streams_the_leases_and_lists_the_json_kinds_in_pages
     assert!((300..600).contains(&secs), "client-go's 5-10 min: {secs}");
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 1);
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 0);
-    // Kinds read in JSON: one paged LIST (2000 a page), then an ordinary
-    // watch from its version, never a watch-list; the server still counts
-    // as streaming.
-    for (path, resource) in [
-        (MACHINES, Resource::TerraformMachines),
-        (PODS, Resource::Pods),
-    ] {
-        assert_eq!(api.calls(path, false), 1, "{path}: one LIST");
-        let lists: Vec<String> = api
-            .log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, p)| p.starts_with(&format!("{path}?")) && !p.contains("watch=true"))
-            .map(|(_, p)| p.clone())
-            .collect();
-        assert!(lists[0].contains("limit=2000"), "{}", lists[0]);
-        let watches = watch_queries(&api, path);
-        assert!(
-            watches[0].contains("resourceVersion=20") && !watches[0].contains("sendInitialEvents"),
-            "{path}: after the list, an ordinary watch from its version: {}",
-            watches[0]
-        );
-        assert_eq!(shared.health.syncs(resource, SyncMode::Paged), 1);
-        assert_eq!(shared.health.syncs(resource, SyncMode::Stream), 0);
-    }
     assert!(shared.watch_list.streams());
     let text = scrape(&shared);
     assert_eq!(
@@ -120,41 +97,9 @@ async fn a_streaming_server_streams_the_leases_and_lists_the_json_kinds_in_pages
         "{text}"
     );
     assert_eq!(
-        value(
-            &text,
-            "captf_lock_exporter_watch_syncs_total{resource=\"terraformmachines\",mode=\"paged\"}"
-        ),
-        Some(1.0),
-        "{text}"
-    );
-    assert_eq!(
         value(&text, "captf_lock_exporter_watch_up{resource=\"leases\"}"),
         Some(1.0)
     );
-    api.assert_only_get();
-}
-
-/// With `--api-protobuf=false` the Leases are read in JSON too, and so
-/// listed in pages: no watch-list at all.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_leases_are_listed_in_pages_too() {
-    let api = FakeApi::streaming(|path, is_watch, _| match (path, is_watch) {
-        (LEASES, false) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 3)], 20)),
-        (PODS | MACHINES, false) => Reply::Json(200, list(vec![], 20)),
-        (LEASES | PODS | MACHINES, true) => Reply::Watch(vec![], true),
-        _ => not_served(),
-    });
-    let (shared, rx) = captf_lock_exporter::shared::Shared::new();
-    shared.wire.json_only();
-    start_on(api.client(), &shared, rx, Duration::from_secs(3600), 100);
-    wait_ready(&shared, 10).await;
-    wait_for(&shared, "lock a", 10, |t| has_lock(t, "a", "foreign")).await;
-    assert_eq!(api.calls(LEASES, false), 1);
-    assert!(watch_queries(&api, LEASES)
-        .iter()
-        .all(|q| !q.contains("sendInitialEvents")));
-    assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 1);
-    assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 0);
     api.assert_only_get();
 }
 
@@ -177,7 +122,7 @@ async fn a_half_streamed_state_is_never_shown_and_no_end_bookmark_means_paged() 
                 20,
             ),
         ),
-        (PODS, false, _) => Reply::Json(200, list(vec![], 20)),
+        (PODS, true, 1) => Reply::Watch(vec![end_bookmark("Pod", 20)], true),
         (_, true, _) => Reply::Watch(vec![], true),
         _ => not_served(),
     });
@@ -201,7 +146,7 @@ async fn a_half_streamed_state_is_never_shown_and_no_end_bookmark_means_paged() 
     assert!(!shared.watch_list.streams(), "paged from now on");
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 1);
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 0);
-    assert_eq!(shared.health.syncs(Resource::Pods, SyncMode::Paged), 1);
+    assert_eq!(shared.health.syncs(Resource::Pods, SyncMode::Stream), 1);
     let leases = watch_queries(&api, LEASES);
     assert!(
         leases[1].contains("resourceVersion=20") && !leases[1].contains("sendInitialEvents"),

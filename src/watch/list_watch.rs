@@ -9,10 +9,9 @@
 //!
 //! - a whole state of the scope comes from one streaming watch-list
 //!   (`sendInitialEvents=true`, ended by the `k8s.io/initial-events-end`
-//!   bookmark) where the server streams them and the kind is read in
-//!   protobuf, else from a paged list; whether the server streams is
-//!   learned once per server ([`crate::watch::WatchList`]), and every whole
-//!   sync is counted (`watch_syncs_total{mode}`);
+//!   bookmark) where the server streams them, else from a paged list; the
+//!   choice is made once per server ([`crate::watch::WatchList`]) and counted
+//!   (`watch_syncs_total{mode}`);
 //! - a list page or watch-start request that gets no answer within
 //!   [`Timing::request`] is a `timeout` failure;
 //! - a watch asks the server to close it after 5-10 min
@@ -74,8 +73,7 @@ pub enum Exit {
 ///
 /// A whole state of the scope (the first sync, a relist) comes from one
 /// streaming watch-list while the server streams them
-/// ([`crate::watch::WatchList::streams`]) and `K` is read in protobuf, else
-/// from a paged list followed by a watch.
+/// ([`crate::watch::WatchList::streams`]), else from a paged list followed by a watch.
 ///
 /// Returns only when `give_up` accepts an error met before the first sync
 /// succeeded (a version of a resource that is not served, a rejected
@@ -107,7 +105,7 @@ where
         if progress.relist_by.is_some() {
             version = None;
         }
-        let streaming = version.is_none() && streams_whole_state::<K>(shared);
+        let streaming = version.is_none() && shared.watch_list.streams();
         let attempt = Instant::now();
         let rv = match version.take() {
             Some(rv) => rv,
@@ -224,18 +222,6 @@ where
             }
         }
     }
-}
-
-/// Whether a whole state of `K` comes from a streaming watch-list: where
-/// the server streams them and the watch reads protobuf. A kind read in
-/// JSON (the custom resources, pods, events) is listed in pages and then
-/// watched, as client-go's reflector did before watch-lists: kube-apiserver
-/// 1.36 spends about 1.6 times the CPU on a JSON watch-list as on a paged
-/// LIST of the same objects from its watch cache, per-event encoding being
-/// what the stream adds (docs/decisions/watch-start.md, "JSON kinds are
-/// listed").
-fn streams_whole_state<K: Protobuf>(shared: &Shared) -> bool {
-    K::PROTOBUF.is_some() && shared.wire.protobuf() && shared.watch_list.streams()
 }
 
 /// What the loop has learned of its scope, kept across watches.

@@ -40,7 +40,7 @@ pub struct Timing {
     pub backoff_max: Duration,
     /// Longest pause after a 401, 403 or 404 (RBAC or a CRD missing).
     pub backoff_max_config: Duration,
-    /// Objects per list page (`--list-page-size`).
+    /// Objects per list page.
     pub page_size: u32,
     /// The least time from one watch start of a scope to the next. A watch
     /// that ends cleanly resets the backoff, so without this a server or
@@ -62,7 +62,7 @@ impl Timing {
         backoff_min: Duration::from_secs(1),
         backoff_max: Duration::from_secs(8),
         backoff_max_config: Duration::from_secs(30),
-        page_size: 2000,
+        page_size: 500,
         watch_min_interval: Duration::from_secs(1),
     };
 }

@@ -176,7 +176,7 @@ async def concurrent(url, headers, scrapers: int, each: int) -> list[float]:
 
 
 async def fetch_all_lists(session, api: str) -> tuple[float, int, int]:
-    """A plain fetch of every list the exporter makes (all namespaces, limit=2000, following
+    """A plain fetch of every list the exporter makes (all namespaces, limit=500, following
     continue), one after another: seconds, bytes, requests."""
     paths = ["/apis/coordination.k8s.io/v1/leases", "/api/v1/pods", "/apis/events.k8s.io/v1/events",
              "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformclusters",
@@ -189,7 +189,7 @@ async def fetch_all_lists(session, api: str) -> tuple[float, int, int]:
     for p in paths:
         cont = ""
         while True:
-            q = {"limit": "2000"}
+            q = {"limit": "500"}
             if cont:
                 q["continue"] = cont
             async with session.get(api + p + "?" + urllib.parse.urlencode(q)) as r:
