@@ -18,7 +18,8 @@ and, with ``--ksm-gzip`` (the default), a second KSM with ``--enable-gzip-encodi
 scrape and size rows only; with ``--ksm-facts`` (the default), a third KSM given the same facts
 as the exporter needs for its verdicts (``--resources=leases`` plus a custom-resource-state
 config for the TerraformMachines' and TerraformClusters' lock timeouts and CAPTF's StateReadable
-condition, ServiceAccount ``captf-bench/ksm-facts``), through every row. Each tool's phase: start -> ready (CPU seconds by then) -> 60 s at rest
+condition, ServiceAccount ``captf-bench/ksm-facts``), through every row. Each tool's phase:
+start -> ready (CPU seconds by then) -> 60 s at rest
 (no scrapes: idle CPU, API requests from the audit log, VmRSS at its end) -> body sizes ->
 100 sequential scrapes -> 10 concurrent scrapers (VmHWM after a clear_refs reset, and VmRSS
 sampled every 5 ms) -> stopped by PID. Prints a Markdown table; ``--out`` gets everything as JSON.
@@ -842,29 +843,22 @@ def fmt_table(res: dict[str, Any]) -> str:
             return f"{verdict} of KSM; {ratio:.2f}x its own body compressed whole"
         return verdict
 
-    verdicts = {
-        "time to ready": versus("ready_s"),
-        "RSS at rest": versus("rss_rest_MiB"),
-        "peak RSS": versus("rss_peak_conc_MiB"), "RSS after": versus("rss_after_MiB"),
-        "scrape p50": versus("scrape_p50_ms"), "concurrent": versus("conc_p99_ms"),
-        "CPU per scrape": versus("cpu_per_scrape_ms"), "body plain": gzip_vs(),
-        "idle CPU": versus("idle_cpu_pct", floor=0.001), "thread wakeups": versus("idle_wakeups_per_min", floor=1),
-        "API requests": versus("api_req_per_min", floor=0.5),
-        "machine busy": "–", "series per Lease": "– (not the same content)",
-    }
+    # each compared figure: its key and the least difference that is not noise
+    figures = {"time to ready": ("ready_s", 0.01), "RSS at rest": ("rss_rest_MiB", 0.01),
+               "peak RSS": ("rss_peak_conc_MiB", 0.01), "RSS after": ("rss_after_MiB", 0.01),
+               "scrape p50": ("scrape_p50_ms", 0.01), "concurrent": ("conc_p99_ms", 0.01),
+               "CPU per scrape": ("cpu_per_scrape_ms", 0.01), "idle CPU": ("idle_cpu_pct", 0.001),
+               "thread wakeups": ("idle_wakeups_per_min", 1), "API requests": ("api_req_per_min", 0.5)}
+    other_rows = {"body plain": (gzip_vs(), "–"), "machine busy": ("–", "–"),
+                  "series per Lease": ("– (not the same content)", "–")}
 
-    keys = {"time to ready": "ready_s", "RSS at rest": "rss_rest_MiB", "peak RSS": "rss_peak_conc_MiB",
-            "RSS after": "rss_after_MiB", "scrape p50": "scrape_p50_ms", "concurrent": "conc_p99_ms",
-            "CPU per scrape": "cpu_per_scrape_ms", "idle CPU": "idle_cpu_pct",
-            "thread wakeups": "idle_wakeups_per_min", "API requests": "api_req_per_min"}
-    floors = {"idle CPU": 0.001, "thread wakeups": 1, "API requests": 0.5}
-
-    def verdict(label: str, facts: bool = False) -> str:
-        for k, v in verdicts.items():
+    def verdict(label: str, other: str = "ksm") -> str:
+        for k, (key, floor) in figures.items():
             if label.startswith(k) or k in label:
-                if facts:
-                    return versus(keys[k], "ksm_facts", floor=floors.get(k, 0.01)) if k in keys else "–"
-                return v
+                return versus(key, other, floor=floor)
+        for k, v in other_rows.items():
+            if label.startswith(k):
+                return v[0] if other == "ksm" else v[1]
         return "–"
 
     with_facts = "ksm_facts" in T
@@ -873,7 +867,7 @@ def fmt_table(res: dict[str, Any]) -> str:
              "| --- | " + " | ".join("---" for _ in cols) + " | --- |" + (" --- |" if with_facts else "")]
     for label, f in rows:
         lines.append(f"| {label} | " + " | ".join(f(c[0]) for c in cols) + f" | {verdict(label)} |"
-                     + (f" {verdict(label, True)} |" if with_facts else ""))
+                     + (f" {verdict(label, 'ksm_facts')} |" if with_facts else ""))
     return "\n".join(lines)
 
 
