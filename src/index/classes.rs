@@ -228,7 +228,7 @@ impl Index {
 /// object is unknown ([`Index::display_owner`]'s last branch): None when
 /// its owner labels prove its name, or it names no kind.
 pub(super) fn claimed_by(key: &LockKey, lease: &LockLease) -> Option<LockKey> {
-    if verified_label_owner(key, lease).is_some() {
+    if lease.verified_label_owner().is_some() {
         return None;
     }
     let kind = lease.owner_kind()?;

@@ -37,6 +37,15 @@ use crate::index::{Index, IndexResource};
 /// The annotation on the bookmark that ends a watch-list's initial events.
 pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
+/// Whether a bookmark is the one that ends a watch-list's initial events
+/// (annotated [`INITIAL_EVENTS_END`]: `"true"`).
+pub(super) fn ends_initial_events(b: &kube::core::watch::Bookmark) -> bool {
+    b.metadata
+        .annotations
+        .get(INITIAL_EVENTS_END)
+        .is_some_and(|v| v == "true")
+}
+
 /// The events of one open watch.
 pub(super) type Events<K> = BoxStream<'static, Result<WatchEvent<K>, kube::Error>>;
 
@@ -233,14 +242,7 @@ where
                     "a change came before the initial-events-end bookmark (the server ignores sendInitialEvents)",
                 );
             }
-            Ok(WatchEvent::Bookmark(b))
-                if initial.is_some()
-                    && b.metadata
-                        .annotations
-                        .get(INITIAL_EVENTS_END)
-                        .map(String::as_str)
-                        != Some("true") =>
-            {
+            Ok(WatchEvent::Bookmark(b)) if initial.is_some() && !ends_initial_events(&b) => {
                 // A streaming server sends no other bookmark before that
                 // one: this is an ordinary watch.
                 return WatchEnd::NotStreaming(
@@ -262,11 +264,7 @@ where
                 sink.event(watcher::Event::Delete(trim(&o)));
             }
             Ok(WatchEvent::Bookmark(b)) => {
-                let end = b
-                    .metadata
-                    .annotations
-                    .get(INITIAL_EVENTS_END)
-                    .is_some_and(|v| v == "true");
+                let end = ends_initial_events(&b);
                 rv = b.metadata.resource_version;
                 if !end {
                     progress.beats = true;

@@ -532,17 +532,20 @@ def series_per_lease_ksm(body: bytes, n: int) -> dict[str, Any]:
 
     per_family: dict[str, int] = {}
     other: dict[str, int] = {}
-    total = 0
+    total = machines = 0
     for fam in text_string_to_metric_families(body.decode()):
         for s in fam.samples:
             total += 1
             if s.name.startswith("kube_lease_"):
                 d = per_family if s.labels.get("lease", "").startswith("lock-tfstate-") else other
                 d[s.name] = d.get(s.name, 0) + 1
+            elif s.name.startswith("captf_terraformmachine_"):  # KSM given the same facts
+                machines += 1
     return {
         "families_per_lease": dict(sorted(per_family.items())),
         "series_of_other_leases": dict(sorted(other.items())),
         "series_per_lease": round(sum(per_family.values()) / max(1, n), 2),
+        "series_per_machine": round(machines / max(1, n), 2),
         "samples_total": total,
     }
 
@@ -1070,10 +1073,7 @@ def main() -> int:
         if args.ksm_facts == "yes":
             r = run_ksm("ksm_facts", [f"--custom-resource-state-config-file={facts_cfg}"], None,
                         starts=args.starts, user=facts_user, kubeconfig=facts_kc, machines=True)
-            res["series"]["ksm_facts"] = series_per_lease_ksm(r["_text"], args.leases)
-            res["series"]["ksm_facts"]["series_per_machine"] = round(
-                sum(1 for line in r.pop("_text").splitlines() if line.startswith(b"captf_terraformmachine_"))
-                / max(1, args.leases), 2)
+            res["series"]["ksm_facts"] = series_per_lease_ksm(r.pop("_text"), args.leases)
             r.pop("_plain"), r.pop("_gzip")
             res["tools"]["ksm_facts"] = r
 

@@ -28,15 +28,6 @@ fn event(type_: &str, object: Vec<u8>) -> Vec<u8> {
         .0
 }
 
-/// Whether a bookmark is the one that ends a watch-list's initial events.
-fn ends_initial_events(b: &kube::core::watch::Bookmark) -> bool {
-    b.metadata
-        .annotations
-        .get(crate::watch::INITIAL_EVENTS_END)
-        .map(String::as_str)
-        == Some("true")
-}
-
 fn lock_lease_msg(holder: &str) -> Msg {
     let meta = Msg::new()
         .string(1, "tfstate-default-m1")
@@ -123,7 +114,7 @@ fn a_bookmark_keeps_its_version_and_every_annotation() {
         panic!("not a bookmark");
     };
     assert_eq!(b.metadata.resource_version, "12345");
-    assert!(ends_initial_events(&b));
+    assert!(crate::watch::follow::ends_initial_events(&b));
     assert_eq!(b.types.kind, "Lease");
 }
 
@@ -305,7 +296,7 @@ fn real_server_frames_read_as_the_same_server_json_reads() {
     let WatchEvent::Bookmark(b) = &proto[1] else {
         panic!("the second event is not the bookmark");
     };
-    assert!(ends_initial_events(b));
+    assert!(crate::watch::follow::ends_initial_events(b));
     let WatchEvent::Modified(l) = &proto[2] else {
         panic!("the third event is not MODIFIED");
     };
