@@ -122,6 +122,9 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         watch_timeout: cli.watch_timeout,
         ..Timing::DEFAULT
     };
+    // No lock is judged overdue until every kind its timeout comes from
+    // has synced (the overdue checker says when).
+    shared.write(|ix, _| ix.await_timeouts());
     for (name, task) in
         watch::spawn_watches(client.clone(), shared.clone(), scopes, &resources, timing)
     {

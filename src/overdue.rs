@@ -28,6 +28,7 @@ pub async fn run(shared: Arc<Shared>, least_gap: Duration) {
 
 /// [`run`], counting its checks in `checks` (for tests).
 pub async fn run_counted(shared: &Shared, least_gap: Duration, checks: &AtomicU64) {
+    settle_timeouts(shared).await;
     loop {
         let checked = tokio::time::Instant::now();
         checks.fetch_add(1, Ordering::Relaxed);
@@ -45,6 +46,28 @@ pub async fn run_counted(shared: &Shared, least_gap: Duration, checks: &AtomicU6
         // once per gap, as the old fixed tick did.
         tokio::time::sleep_until(checked + least_gap).await;
     }
+}
+
+/// Waits until the exporter is ready (every watch synced, or settled on an
+/// error a retry will not fix soon), then lets the index judge locks
+/// overdue: before that a lock's object, or the TerraformCluster its
+/// timeout is inherited from, may not be listed yet, and the lock would be
+/// judged against the wrong timeout (a warning logged, and
+/// `captf_state_lock_overdue` 1 for a moment, that the object's longer
+/// timeout does not bear out). Nothing to wait for when the index was not
+/// told to (`Index::await_timeouts`).
+async fn settle_timeouts(shared: &Shared) {
+    if !shared.read(|ix| ix.timeouts_pending()) {
+        return;
+    }
+    let mut health = shared.health.subscribe();
+    while !shared.health.ready() {
+        if health.changed().await.is_err() {
+            // The sender lives in `shared`, which outlives this task.
+            break;
+        }
+    }
+    shared.write(|ix, now| ix.timeouts_settled(now));
 }
 
 /// How long from `now` until the Unix time `ms`; zero when it has passed.
@@ -135,6 +158,55 @@ mod tests {
             written.elapsed()
         );
         assert!(checks.load(Ordering::Relaxed) > at_rest);
+        task.abort();
+    }
+
+    /// (overdue as `/metrics` shows it, overdue warning logged) of every lock.
+    fn overdue_seen(shared: &Shared) -> Vec<(bool, bool)> {
+        let now = SystemTime::now();
+        let mut seen = Vec::new();
+        shared.read(|ix| {
+            ix.for_each_lock(|v| {
+                let shown = match (v.state.class, v.age(now)) {
+                    (Some(class), Some((age, _))) => v.overdue(class, age),
+                    _ => false,
+                };
+                seen.push((shown, v.state.overdue_logged));
+            });
+        });
+        seen
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn judges_no_lock_overdue_until_every_watch_has_synced() {
+        use crate::index::Resource;
+        let (shared, _rx) = Shared::new();
+        shared.write(|ix, _| ix.await_timeouts());
+        let leases = shared.health.register(Resource::Leases, "");
+        let machines = shared.health.register(Resource::TerraformMachines, "");
+        let task = tokio::spawn({
+            let shared = shared.clone();
+            async move { run(shared, Duration::from_secs(1)).await }
+        });
+        // The Leases have synced; the TerraformMachine that may give this
+        // lock a timeout longer than six years has not.
+        let (key, lease) = workstation_lock("web", "alice@laptop", "2020-01-01T00:00:00Z");
+        shared.update(|ix, now| ix.apply(key, lease, now));
+        shared.health.on_synced(leases);
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(overdue_seen(&shared), vec![(false, false)]);
+        assert_eq!(shared.read(|ix| ix.next_clock_deadline()), None);
+
+        shared.health.on_synced(machines);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while overdue_seen(&shared) != vec![(true, true)] {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not judged overdue within 10 s of the last sync: {:?}",
+                overdue_seen(&shared)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         task.abort();
     }
 

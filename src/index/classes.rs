@@ -135,12 +135,57 @@ impl Index {
         }
     }
 
+    /// From now until [`Index::timeouts_settled`], no lock is overdue:
+    /// called before the watches start, whose first syncs arrive one kind
+    /// at a time.
+    pub fn await_timeouts(&mut self) {
+        self.timeouts_pending = true;
+    }
+
+    /// Every kind a timeout comes from has synced (or settled on an error
+    /// a retry will not fix soon): the held foreign and unknown locks are
+    /// queued at their deadlines, and those already past are redrawn as
+    /// overdue.
+    pub fn timeouts_settled(&mut self, now: SystemTime) {
+        if !std::mem::take(&mut self.timeouts_pending) {
+            return;
+        }
+        let waiting: Vec<LockKey> = self
+            .locks
+            .iter()
+            .filter(|(_, lock)| {
+                lock.lease.is_held()
+                    && matches!(
+                        lock.state.class,
+                        Some(HolderClass::Foreign | HolderClass::Unknown)
+                    )
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        let now_ms = super::unix_ms(now);
+        for key in &waiting {
+            self.schedule_overdue(key, now);
+            if self.overdue.any_due_for(key, now_ms) {
+                // Redrawn by this write, so reaching the deadline needs no
+                // render of its own (as in `schedule_overdue`).
+                self.mark(key);
+                self.overdue.note_shown(key);
+            }
+        }
+    }
+
+    /// Whether no lock may be judged overdue yet ([`Index::await_timeouts`]).
+    pub fn timeouts_pending(&self) -> bool {
+        self.timeouts_pending
+    }
+
     /// Queues a held foreign or unknown lock whose overdue warning is not
     /// logged yet at its deadline (`Created` or first seen, plus the
     /// effective lockTimeoutSeconds); forgets any other.
     pub(super) fn schedule_overdue(&mut self, key: &LockKey, now: SystemTime) {
         let deadline = self.locks.get(key).and_then(|lock| {
-            let waiting = lock.lease.is_held()
+            let waiting = !self.timeouts_pending
+                && lock.lease.is_held()
                 && !lock.state.overdue_logged
                 && matches!(
                     lock.state.class,

@@ -134,6 +134,13 @@ pub struct Index {
     /// (namespace, kind, its suffix); by that claimed key. A change of the
     /// claimed key marks the claimant too.
     claims: std::collections::HashMap<LockKey, LockKey>,
+    /// Set by [`Index::await_timeouts`] until [`Index::timeouts_settled`]:
+    /// the kinds a lock's timeout comes from (the Terraform kinds, CAPI
+    /// Clusters) have not all synced yet, so no lock is judged overdue. A
+    /// lock seen before its object would otherwise be judged against the
+    /// built-in timeout, and one whose TerraformCluster is not listed yet
+    /// against its own value instead of the inherited one.
+    timeouts_pending: bool,
 }
 
 #[cfg(test)]

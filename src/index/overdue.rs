@@ -89,6 +89,11 @@ impl OverdueQueue {
         self.by_deadline.first().is_some_and(|(d, _)| *d < now_ms)
     }
 
+    /// Whether `key` is queued at a deadline before `now_ms`.
+    pub fn any_due_for(&self, key: &LockKey, now_ms: i64) -> bool {
+        self.deadline_of.get(key).is_some_and(|d| *d < now_ms)
+    }
+
     /// Marks every deadline as possibly out of date.
     pub fn mark_stale(&mut self) {
         self.stale = true;

@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use crate::core::classify::{is_overdue, HolderClass};
+use crate::core::classify::HolderClass;
 use crate::index::{CaptfStatus, ForceUnlocks, Index, KeyView, LockKey, LockView, ObjectView};
 
 /// One held lock, as rendered.
@@ -142,7 +142,7 @@ impl Rows {
                 age,
                 age_source: source.as_str(),
                 created: v.lease.created_seconds(),
-                overdue: is_overdue(class, age, v.effective.lock_timeout_seconds),
+                overdue: v.overdue(class, age),
                 base: v
                     .lease
                     .age_base(v.state.first_seen_held, Some(class), now)
