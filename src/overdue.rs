@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::core::classify::HolderClass;
 use crate::shared::Shared;
 
 /// The longest sleep without looking: a wall clock stepped forward (the
@@ -49,17 +50,14 @@ pub async fn run_counted(shared: &Shared, least_gap: Duration, checks: &AtomicU6
 }
 
 /// Waits until the exporter is ready (every watch synced, or settled on an
-/// error a retry will not fix soon), then lets the index judge locks
-/// overdue: before that a lock's object, or the TerraformCluster its
-/// timeout is inherited from, may not be listed yet, and the lock would be
-/// judged against the wrong timeout (a warning logged, and
-/// `captf_state_lock_overdue` 1 for a moment, that the object's longer
-/// timeout does not bear out). Nothing to wait for when the index was not
-/// told to (`Index::await_timeouts`).
+/// error a retry will not fix soon), then: logs what the start found, has
+/// class changes logged from then on ([`Shared::mark_started`]), and lets
+/// the index judge locks overdue. Before that a lock's object, or the
+/// TerraformCluster its timeout is inherited from, may not be listed yet,
+/// and the lock would be judged against the wrong timeout (a warning
+/// logged, and `captf_state_lock_overdue` 1 for a moment, that the
+/// object's longer timeout does not bear out).
 async fn settle_timeouts(shared: &Shared) {
-    if !shared.read(|ix| ix.timeouts_pending()) {
-        return;
-    }
     let mut health = shared.health.subscribe();
     while !shared.health.ready() {
         if health.changed().await.is_err() {
@@ -67,7 +65,27 @@ async fn settle_timeouts(shared: &Shared) {
             break;
         }
     }
+    shared.mark_started();
     shared.write(|ix, now| ix.timeouts_settled(now));
+    let (leases, objects, pods) = shared.read(|ix| ix.sizes());
+    let held = shared.read(|ix| ix.held_per_class());
+    let count = |class: HolderClass| {
+        held.iter()
+            .find(|(c, _)| *c == class)
+            .map_or(0, |(_, n)| *n)
+    };
+    tracing::info!(
+        lock_leases = leases,
+        objects,
+        pods_cached = pods,
+        held = held.iter().map(|(_, n)| n).sum::<u64>(),
+        own_live = count(HolderClass::OwnLive),
+        own_stale = count(HolderClass::OwnStale),
+        own_unverified = count(HolderClass::OwnUnverified),
+        foreign = count(HolderClass::Foreign),
+        unknown = count(HolderClass::Unknown),
+        "ready: every watch has listed; state locks held now, by class (class changes are logged from here on)"
+    );
 }
 
 /// How long from `now` until the Unix time `ms`; zero when it has passed.
@@ -126,6 +144,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn sleeps_at_rest_and_wakes_when_a_write_brings_a_deadline() {
         let (shared, _rx) = Shared::new();
+        let leases = shared.health.register(crate::index::Resource::Leases, "");
+        shared.health.on_synced(leases);
         let checks = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn({
             let (shared, checks) = (shared.clone(), checks.clone());
