@@ -4,6 +4,9 @@
 //! `captf_state_lock_verdict_mismatch` turning 1 with a log line when a
 //! disagreement with CAPTF outlasts `--verdict-grace`.
 //!
+//! It starts judging once the exporter is ready, and says then what the
+//! start found (see `await_start`).
+//!
 //! The checker sleeps until the index's next clock deadline, or until a
 //! write moves that deadline earlier: an exporter at rest whose locks are
 //! all released, or already reported, wakes for nothing (it used to look
@@ -29,7 +32,7 @@ pub async fn run(shared: Arc<Shared>, least_gap: Duration) {
 
 /// [`run`], counting its checks in `checks` (for tests).
 pub async fn run_counted(shared: &Shared, least_gap: Duration, checks: &AtomicU64) {
-    settle_timeouts(shared).await;
+    await_start(shared).await;
     loop {
         let checked = tokio::time::Instant::now();
         checks.fetch_add(1, Ordering::Relaxed);
@@ -57,7 +60,7 @@ pub async fn run_counted(shared: &Shared, least_gap: Duration, checks: &AtomicU6
 /// and the lock would be judged against the wrong timeout (a warning
 /// logged, and `captf_state_lock_overdue` 1 for a moment, that the
 /// object's longer timeout does not bear out).
-async fn settle_timeouts(shared: &Shared) {
+async fn await_start(shared: &Shared) {
     let mut health = shared.health.subscribe();
     while !shared.health.ready() {
         if health.changed().await.is_err() {
