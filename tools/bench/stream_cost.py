@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import os
 import ssl
 import statistics
 import sys
@@ -55,8 +56,6 @@ END = b"initial-events-end"
 
 def cpu_seconds(pid: int) -> float:
     """utime+stime of a process, in seconds."""
-    import os
-
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
