@@ -76,6 +76,9 @@ pub struct LockFacts {
     /// would come from observation is unknown, and a pod listed finished
     /// was just read (not a cached copy).
     pub one_shot: bool,
+    /// The exporter has not listed every kind a timeout comes from yet
+    /// (`Index::await_timeouts`): whether the lock is overdue is not judged.
+    pub timeouts_pending: bool,
 }
 
 /// Why a holder is not one of the object's own runner pods.
@@ -233,6 +236,10 @@ pub struct LockReport {
     pub age_known: bool,
     /// Foreign or unknown and past lockTimeoutSeconds.
     pub overdue: bool,
+    /// Not judged overdue yet: the exporter is still listing the kinds a
+    /// timeout comes from (see [`LockFacts::timeouts_pending`]).
+    #[serde(skip)]
+    pub timeouts_pending: bool,
     /// The class.
     #[serde(serialize_with = "ser_display")]
     pub class: HolderClass,
@@ -306,8 +313,10 @@ impl LockReport {
     pub fn overdue_in(&self) -> Option<f64> {
         #[allow(clippy::cast_precision_loss)]
         let t = self.lock_timeout.seconds as f64;
-        (self.age_known && matches!(self.class, HolderClass::Foreign | HolderClass::Unknown))
-            .then_some(t - self.age_seconds)
-            .filter(|s| *s >= 0.0)
+        (self.age_known
+            && !self.timeouts_pending
+            && matches!(self.class, HolderClass::Foreign | HolderClass::Unknown))
+        .then_some(t - self.age_seconds)
+        .filter(|s| *s >= 0.0)
     }
 }

@@ -242,7 +242,8 @@ impl LockReport {
         let age = if age_known { age } else { 0.0 };
         let eff = f.resolved.effective;
         let src = f.resolved.sources;
-        let overdue = age_known && is_overdue(f.class, age, eff.lock_timeout_seconds);
+        let overdue =
+            age_known && !f.timeouts_pending && is_overdue(f.class, age, eff.lock_timeout_seconds);
         let ns = &f.namespace;
         let lease_name = lease.lease_name();
         let host = lease
@@ -300,6 +301,7 @@ impl LockReport {
             age_source,
             age_known,
             overdue,
+            timeouts_pending: f.timeouts_pending,
             class: f.class,
             urgency: urgency(f.class, overdue),
             captf_next,

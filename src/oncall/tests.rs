@@ -68,6 +68,7 @@ fn facts(
         force_unlock_events_present: None,
         captf: Default::default(),
         one_shot: false,
+        timeouts_pending: false,
     }
 }
 
@@ -276,6 +277,23 @@ fn timeout_sources_all_four() {
         );
         assert!(r.captf_next.contains(&format!("waits {want} s")));
     }
+}
+
+#[test]
+fn no_lock_is_overdue_while_its_timeout_is_still_being_listed() {
+    let now = SystemTime::now();
+    let mut f = facts(HolderClass::Foreign, Some("a@b"), 400, None, now);
+    assert!(
+        LockReport::build(&f, now).overdue,
+        "400 s against the 300 s default"
+    );
+    f.timeouts_pending = true;
+    let r = LockReport::build(&f, now);
+    assert!(
+        !r.overdue && r.overdue_in().is_none(),
+        "{:?}",
+        (r.overdue, r.overdue_in())
+    );
 }
 
 #[test]
