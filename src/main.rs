@@ -124,7 +124,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     };
     // No lock is judged overdue until every kind its timeout comes from
     // has synced (the overdue checker says when).
-    shared.write(|ix, _| ix.await_timeouts());
+    shared.write(|ix, _| ix.begin_start());
     for (name, task) in
         watch::spawn_watches(client.clone(), shared.clone(), scopes, &resources, timing)
     {

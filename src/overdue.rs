@@ -53,13 +53,14 @@ pub async fn run_counted(shared: &Shared, least_gap: Duration, checks: &AtomicU6
 }
 
 /// Waits until the exporter is ready (every watch synced, or settled on an
-/// error a retry will not fix soon), then: logs what the start found, has
-/// class changes logged from then on ([`Shared::mark_started`]), and lets
-/// the index judge locks overdue. Before that a lock's object, or the
-/// TerraformCluster its timeout is inherited from, may not be listed yet,
-/// and the lock would be judged against the wrong timeout (a warning
-/// logged, and `captf_state_lock_overdue` 1 for a moment, that the
-/// object's longer timeout does not bear out).
+/// error a retry will not fix soon), then ends the index's start
+/// (`Index::finish_start`: locks judged overdue, class changes recorded
+/// from then on) and logs what the start found, counted in that same
+/// write. Before that a lock's object, or the TerraformCluster its timeout
+/// is inherited from, may not be listed yet, and the lock would be judged
+/// against the wrong timeout (a warning logged, and
+/// `captf_state_lock_overdue` 1 for a moment, that the object's longer
+/// timeout does not bear out).
 async fn await_start(shared: &Shared) {
     let mut health = shared.health.subscribe();
     while !shared.health.ready() {
@@ -68,10 +69,10 @@ async fn await_start(shared: &Shared) {
             break;
         }
     }
-    shared.mark_started();
-    shared.write(|ix, now| ix.timeouts_settled(now));
-    let (leases, objects, pods) = shared.read(|ix| ix.sizes());
-    let held = shared.read(|ix| ix.held_per_class());
+    let ((leases, objects, pods), held) = shared.write(|ix, now| {
+        ix.finish_start(now);
+        (ix.sizes(), ix.held_per_class())
+    });
     let count = |class: HolderClass| {
         held.iter()
             .find(|(c, _)| *c == class)
@@ -204,7 +205,7 @@ mod tests {
     async fn judges_no_lock_overdue_until_every_watch_has_synced() {
         use crate::index::Resource;
         let (shared, _rx) = Shared::new();
-        shared.write(|ix, _| ix.await_timeouts());
+        shared.write(|ix, _| ix.begin_start());
         let leases = shared.health.register(Resource::Leases, "");
         let machines = shared.health.register(Resource::TerraformMachines, "");
         let task = tokio::spawn({

@@ -1,7 +1,6 @@
 //! The state shared by watchers, the verifier and the HTTP server: the
 //! index behind one lock, watch health, and the queue of pods to read.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::SystemTime;
 
@@ -44,13 +43,6 @@ pub struct Shared {
     pub wire: crate::watch::Wire,
     /// The version reported by build_info.
     pub version: &'static str,
-    /// Set once the exporter is ready ([`Shared::mark_started`]): class
-    /// changes are logged from then on. Before, every lock of the first
-    /// lists would log a "change" from released, and every own lock
-    /// another as its pods arrive after its Lease: a restart with 10k held
-    /// locks wrote 10k lines saying nothing changed. One summary line says
-    /// what the start found instead.
-    started: AtomicBool,
 }
 
 impl Shared {
@@ -68,7 +60,6 @@ impl Shared {
             watch_list: crate::watch::WatchList::default(),
             wire: crate::watch::Wire::default(),
             version: env!("CARGO_PKG_VERSION"),
-            started: AtomicBool::new(false),
         };
         (Arc::new(shared), confirm_rx)
     }
@@ -155,17 +146,10 @@ impl Shared {
         }
     }
 
-    /// From now on class changes are logged (see `started`).
-    pub fn mark_started(&self) {
-        self.started.store(true, Ordering::Relaxed);
-    }
-
-    /// Logs class changes (once started) and queues live reads.
+    /// Logs class changes and queues live reads.
     pub fn act(&self, fx: Effects) {
-        if self.started.load(Ordering::Relaxed) {
-            for c in &fx.class_changes {
-                log_class_change(c);
-            }
+        for c in &fx.class_changes {
+            log_class_change(c);
         }
         for pod in fx.confirm {
             // The receiver lives as long as the process; a send error only

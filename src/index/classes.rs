@@ -102,8 +102,7 @@ impl Index {
         if new_class != old_class {
             self.mark(key);
             if let Some(lock) = self.locks.get(key) {
-                let rec = self.change_record(key, lock, old_class, new_class, now);
-                fx.class_changes.push(rec);
+                self.record_change(fx, key, lock, old_class, new_class, now);
             }
         }
     }
@@ -135,31 +134,25 @@ impl Index {
         }
     }
 
-    /// From now until [`Index::timeouts_settled`], no lock is overdue:
-    /// called before the watches start, whose first syncs arrive one kind
-    /// at a time.
-    pub fn await_timeouts(&mut self) {
-        self.timeouts_pending = true;
+    /// From now until [`Index::finish_start`], no lock is overdue and no
+    /// class change is recorded: called before the watches start, whose
+    /// first syncs arrive one kind at a time.
+    pub fn begin_start(&mut self) {
+        self.starting = true;
     }
 
-    /// Every kind a timeout comes from has synced (or settled on an error
-    /// a retry will not fix soon): the held foreign and unknown locks are
-    /// queued at their deadlines, and those already past are redrawn as
-    /// overdue.
-    pub fn timeouts_settled(&mut self, now: SystemTime) {
-        if !std::mem::take(&mut self.timeouts_pending) {
+    /// Every watch has synced (or settled on an error a retry will not fix
+    /// soon): class changes are recorded from now on, the held foreign and
+    /// unknown locks are queued at their deadlines, and those already past
+    /// are redrawn as overdue.
+    pub fn finish_start(&mut self, now: SystemTime) {
+        if !std::mem::take(&mut self.starting) {
             return;
         }
         let waiting: Vec<LockKey> = self
             .locks
             .iter()
-            .filter(|(_, lock)| {
-                lock.lease.is_held()
-                    && matches!(
-                        lock.state.class,
-                        Some(HolderClass::Foreign | HolderClass::Unknown)
-                    )
-            })
+            .filter(|(_, lock)| awaits_overdue(lock))
             .map(|(key, _)| key.clone())
             .collect();
         let now_ms = super::unix_ms(now);
@@ -174,24 +167,12 @@ impl Index {
         }
     }
 
-    /// Whether no lock may be judged overdue yet ([`Index::await_timeouts`]).
-    pub fn timeouts_pending(&self) -> bool {
-        self.timeouts_pending
-    }
-
     /// Queues a held foreign or unknown lock whose overdue warning is not
     /// logged yet at its deadline (`Created` or first seen, plus the
     /// effective lockTimeoutSeconds); forgets any other.
     pub(super) fn schedule_overdue(&mut self, key: &LockKey, now: SystemTime) {
         let deadline = self.locks.get(key).and_then(|lock| {
-            let waiting = !self.timeouts_pending
-                && lock.lease.is_held()
-                && !lock.state.overdue_logged
-                && matches!(
-                    lock.state.class,
-                    Some(HolderClass::Foreign | HolderClass::Unknown)
-                );
-            if !waiting {
+            if self.starting || !awaits_overdue(lock) {
                 return None;
             }
             let (base, _) =
@@ -218,16 +199,22 @@ impl Index {
         }
     }
 
-    pub(super) fn change_record(
+    /// Records a class change of `lock` in `fx`, for the log; nothing while
+    /// starting (see `Index::starting`).
+    pub(super) fn record_change(
         &self,
+        fx: &mut Effects,
         key: &LockKey,
         lock: &Lock,
         from: Option<HolderClass>,
         to: Option<HolderClass>,
         now: SystemTime,
-    ) -> ClassChange {
+    ) {
+        if self.starting {
+            return;
+        }
         let (kind, name) = self.display_owner(key, &lock.lease);
-        ClassChange {
+        fx.class_changes.push(ClassChange {
             namespace: key.namespace.clone(),
             kind,
             name,
@@ -235,7 +222,7 @@ impl Index {
             to,
             holder: lock.lease.holder_label().to_string(),
             age_seconds: lock.age(now).map(|(age, _)| age),
-        }
+        });
     }
 
     /// Kind and name for metric labels, unique per lock so that no Lease
@@ -349,4 +336,15 @@ impl Index {
         let locks = &self.locks;
         self.pods.gc_reads(|pod| locks.is_holder(pod));
     }
+}
+
+/// A held foreign or unknown lock whose overdue warning is not logged yet:
+/// one the clock may turn overdue.
+fn awaits_overdue(lock: &Lock) -> bool {
+    lock.lease.is_held()
+        && !lock.state.overdue_logged
+        && matches!(
+            lock.state.class,
+            Some(HolderClass::Foreign | HolderClass::Unknown)
+        )
 }

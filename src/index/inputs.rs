@@ -58,8 +58,7 @@ impl IndexResource<LockLease> for Index {
             self.mark(&lock);
             self.set_claim(&lock, Some(&old.lease), None);
             if old.lease.is_held() {
-                let rec = self.change_record(&lock, &old, old.state.class, None, now);
-                fx.class_changes.push(rec);
+                self.record_change(&mut fx, &lock, &old, old.state.class, None, now);
             }
             // By the lock, not by the name it was shown under: a Lease
             // that outlived its long-named object shows its suffix.

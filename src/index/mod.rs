@@ -134,13 +134,18 @@ pub struct Index {
     /// (namespace, kind, its suffix); by that claimed key. A change of the
     /// claimed key marks the claimant too.
     claims: std::collections::HashMap<LockKey, LockKey>,
-    /// Set by [`Index::await_timeouts`] until [`Index::timeouts_settled`]:
-    /// the kinds a lock's timeout comes from (the Terraform kinds, CAPI
-    /// Clusters) have not all synced yet, so no lock is judged overdue. A
-    /// lock seen before its object would otherwise be judged against the
-    /// built-in timeout, and one whose TerraformCluster is not listed yet
-    /// against its own value instead of the inherited one.
-    timeouts_pending: bool,
+    /// Set by [`Index::begin_start`] until [`Index::finish_start`]: the
+    /// first lists are still arriving, one kind at a time.
+    /// - No lock is judged overdue: a lock seen before its object would be
+    ///   judged against the built-in timeout, and one whose
+    ///   TerraformCluster is not listed yet against its own value instead
+    ///   of the inherited one.
+    /// - No class change is recorded: every lock of the first lists would
+    ///   "change" from released, and every own lock again as its pods
+    ///   arrive after its Lease (a restart with 10k held locks logged 10k
+    ///   lines saying nothing changed). The start's summary says what the
+    ///   start found instead.
+    starting: bool,
 }
 
 #[cfg(test)]

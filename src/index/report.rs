@@ -122,7 +122,7 @@ impl Index {
             force_unlock_events_present: None,
             captf: self.captf_view(key),
             one_shot: false,
-            timeouts_pending: self.timeouts_pending,
+            starting: self.starting,
         })
     }
 }

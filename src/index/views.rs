@@ -65,7 +65,7 @@ impl Index {
             captf: self.policy.object(key).map(|o| &o.captf),
             mismatch: self.verdicts.flagged(key),
             pending_plans: self.plans.pending_for(key).collect(),
-            timeouts_pending: self.timeouts_pending,
+            starting: self.starting,
         })
     }
 
@@ -376,16 +376,15 @@ pub struct LockView<'a> {
     /// Its object's pending TerraformPlans (capped).
     pub pending_plans: Vec<&'a str>,
     /// Not every kind a timeout comes from has synced yet
-    /// ([`Index::await_timeouts`]): the lock is not judged overdue.
-    pub timeouts_pending: bool,
+    /// ([`Index::begin_start`]): the lock is not judged overdue.
+    pub starting: bool,
 }
 
 impl LockView<'_> {
     /// Whether the lock, held by `class` for `age_seconds`, is overdue;
     /// never while the timeouts are pending.
     pub fn overdue(&self, class: HolderClass, age_seconds: f64) -> bool {
-        !self.timeouts_pending
-            && is_overdue(class, age_seconds, self.effective.lock_timeout_seconds)
+        !self.starting && is_overdue(class, age_seconds, self.effective.lock_timeout_seconds)
     }
 
     /// Age at `now` and its source; None when not held.

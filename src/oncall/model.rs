@@ -77,8 +77,8 @@ pub struct LockFacts {
     /// was just read (not a cached copy).
     pub one_shot: bool,
     /// The exporter has not listed every kind a timeout comes from yet
-    /// (`Index::await_timeouts`): whether the lock is overdue is not judged.
-    pub timeouts_pending: bool,
+    /// (`Index::begin_start`): whether the lock is overdue is not judged.
+    pub starting: bool,
 }
 
 /// Why a holder is not one of the object's own runner pods.
@@ -237,9 +237,9 @@ pub struct LockReport {
     /// Foreign or unknown and past lockTimeoutSeconds.
     pub overdue: bool,
     /// Not judged overdue yet: the exporter is still listing the kinds a
-    /// timeout comes from (see [`LockFacts::timeouts_pending`]).
+    /// timeout comes from (see [`LockFacts::starting`]).
     #[serde(skip)]
-    pub timeouts_pending: bool,
+    pub starting: bool,
     /// The class.
     #[serde(serialize_with = "ser_display")]
     pub class: HolderClass,
@@ -314,7 +314,7 @@ impl LockReport {
         #[allow(clippy::cast_precision_loss)]
         let t = self.lock_timeout.seconds as f64;
         (self.age_known
-            && !self.timeouts_pending
+            && !self.starting
             && matches!(self.class, HolderClass::Foreign | HolderClass::Unknown))
         .then_some(t - self.age_seconds)
         .filter(|s| *s >= 0.0)

@@ -243,7 +243,7 @@ impl LockReport {
         let eff = f.resolved.effective;
         let src = f.resolved.sources;
         let overdue =
-            age_known && !f.timeouts_pending && is_overdue(f.class, age, eff.lock_timeout_seconds);
+            age_known && !f.starting && is_overdue(f.class, age, eff.lock_timeout_seconds);
         let ns = &f.namespace;
         let lease_name = lease.lease_name();
         let host = lease
@@ -301,7 +301,7 @@ impl LockReport {
             age_source,
             age_known,
             overdue,
-            timeouts_pending: f.timeouts_pending,
+            starting: f.starting,
             class: f.class,
             urgency: urgency(f.class, overdue),
             captf_next,

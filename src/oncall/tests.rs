@@ -68,7 +68,7 @@ fn facts(
         force_unlock_events_present: None,
         captf: Default::default(),
         one_shot: false,
-        timeouts_pending: false,
+        starting: false,
     }
 }
 
@@ -287,7 +287,7 @@ fn no_lock_is_overdue_while_its_timeout_is_still_being_listed() {
         LockReport::build(&f, now).overdue,
         "400 s against the 300 s default"
     );
-    f.timeouts_pending = true;
+    f.starting = true;
     let r = LockReport::build(&f, now);
     assert!(
         !r.overdue && r.overdue_in().is_none(),

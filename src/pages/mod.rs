@@ -388,7 +388,7 @@ pub fn evidence_html(r: &LockReport) -> String {
     let overdue = if r.overdue {
         "yes: older than lockTimeoutSeconds; the object's Jobs fail until a person releases it"
             .to_string()
-    } else if r.timeouts_pending {
+    } else if r.starting {
         "not judged yet: the exporter is still listing the objects and clusters its timeout comes from"
             .into()
     } else if let Some(left) = r.overdue_in() {

@@ -316,3 +316,18 @@ fn only_own_runner_pods_are_ever_read_live() {
     assert!(ix.pods_to_recheck().is_empty());
     assert!(!ix.needs_read(&ObjectKey::new(NS, other)));
 }
+
+#[test]
+fn no_class_change_is_recorded_until_the_start_ends() {
+    let mut ix = Index::default();
+    ix.begin_start();
+    let (key, lease) =
+        crate::index::fixtures::workstation_lock("web", "alice@laptop", "2020-01-01T00:00:00Z");
+    let fx = ix.apply(key.clone(), lease, t0());
+    assert!(fx.class_changes.is_empty(), "found held at start: {fx:?}");
+    assert_eq!(web_class(&ix), Some(HolderClass::Foreign));
+    ix.finish_start(t0());
+    let fx = IndexResource::<LockLease>::delete(&mut ix, key, t0());
+    assert_eq!(fx.class_changes.len(), 1, "{fx:?}");
+    assert_eq!(fx.class_changes[0].from, Some(HolderClass::Foreign));
+}
