@@ -18,7 +18,7 @@ log() { printf '\n=== %s ===\n' "$*"; }
 shared_target() {
   [ -e "$ROOT/target" ] || [ -L "$ROOT/target" ] && return 0
   [ "${CAPTF_CARGO_CACHE:-1}" = 0 ] && return 0
-  local dir="${XDG_CACHE_HOME:-$HOME/.cache}/captf-lock-exporter/cargo-target"
+  local dir="${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/captf-lock-exporter/cargo-target"
   if [ -d "$dir" ] && [ "$(du -s --block-size=1G "$dir" | cut -f1)" -gt 20 ]; then
     echo "cargo cache $dir over 20 GiB: emptied"; rm -rf "$dir"
   fi
