@@ -5,6 +5,9 @@
 //! the code makes now; `UPDATE_DOCS=1 cargo test --test docs_generated`
 //! rewrites the pages instead.
 
+#[path = "common/committed.rs"]
+mod committed;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -220,25 +223,12 @@ fn check_page(page: &str, text: &str) {
         .map(|l| format!("{}\n", l.trim_end()))
         .collect();
     let text = text.as_str();
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(page);
-    if std::env::var_os("UPDATE_DOCS").is_some() {
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {path:?}: {e}"));
-        return;
-    }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    if committed != text {
-        let line = text
-            .lines()
-            .zip(committed.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(text.lines().count().min(committed.lines().count()));
-        panic!(
-            "{page} is out of date at line {}:\n  code makes: {:?}\n  committed:  {:?}\nregenerate with `{REGENERATE}`",
-            line + 1,
-            text.lines().nth(line),
-            committed.lines().nth(line),
-        );
-    }
+    committed::check_or_bless(
+        page,
+        text,
+        "UPDATE_DOCS",
+        &format!("the page is out of date: regenerate it with `{REGENERATE}`"),
+    );
 }
 
 #[test]
