@@ -55,7 +55,7 @@ def rule(groups: list[dict[str, Any]], alert: str) -> dict[str, Any]:
 
 def by_labels(expr: str) -> list[str]:
     """The labels the outermost ``... by (...)`` aggregation of ``expr`` keeps."""
-    m = re.search(r"\b(?:sum|max|min) by \(([^)]*)\)", expr)
+    m = re.search(r"\b(?:sum|max|min)\s*by\s*\(([^)]*)\)", expr)
     assert m, f"no `by` aggregation in {expr}"
     return [s.strip() for s in m.group(1).split(",") if s.strip()]
 
