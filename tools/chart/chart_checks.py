@@ -325,7 +325,7 @@ def compare_dashboards(objs: list[dict[str, Any]], files: list[Path]) -> str:
 # --------------------------------------------------------------------------
 # Issue 18: high availability defaults and the PrometheusRule from values
 
-RUNBOOK_PREFIX = "https://github.com/captf-io/captf-lock-exporter/blob/main/README.md"
+RUNBOOK_PREFIX = "https://github.com/captf-io/captf-lock-exporter/blob/main/docs/runbooks"
 GRAFANA_PREFIX = "https://grafana.example/"
 JOB_MATCHER = 'job=~".*captf-lock-exporter.*"'
 
@@ -449,7 +449,8 @@ def check_rule_values(rendered_groups: list[Any], files: list[Path], merged: dic
         if pr["runbookBaseUrl"]:
             expect(RUNBOOK_PREFIX not in text, f"{name}: the project's runbook URL is left although runbookBaseUrl is set")
             if "runbook_url" in ann:
-                expect(ann["runbook_url"].startswith(pr["runbookBaseUrl"].rstrip("/") + "#"), f"{name}: runbook_url {ann['runbook_url']}")
+                want = f"{pr['runbookBaseUrl'].rstrip('/')}/{name}.md"
+                expect(ann["runbook_url"] == want, f"{name}: runbook_url {ann['runbook_url']}, want {want}")
         if "dashboard_url" in ann:
             expect(bool(pr["grafanaUrl"]) and ann["dashboard_url"].startswith(pr["grafanaUrl"].rstrip("/") + "/d/captf-state-lock-object/"),
                    f"{name}: dashboard_url {ann['dashboard_url']} does not open {pr['grafanaUrl']}'s object dashboard")
