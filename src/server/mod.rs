@@ -10,6 +10,7 @@
 
 pub mod auth;
 mod deadline;
+mod episode;
 mod listen;
 mod slots;
 pub mod tls;
@@ -290,6 +291,21 @@ fn refused(refusal: &Refusal) -> Response<Full<Bytes>> {
                 .insert(RETRY_AFTER, HeaderValue::from_static("5"));
             r
         }
+        Refusal::Busy => {
+            let mut r = reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                TEXT,
+                "cannot check the request now: too many reviews in flight; retry in a second\n",
+            );
+            r.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            r
+        }
+        Refusal::ReviewRefused => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            TEXT,
+            "cannot check the request: the API server refuses the exporter's reviews (see its log)\n",
+        ),
     }
 }
 
@@ -314,6 +330,39 @@ mod tests {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
+    }
+
+    #[test]
+    fn refusals_and_their_status_codes() {
+        let retry_after = |r: &Response<Full<Bytes>>| {
+            r.headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let cases = [
+            (
+                Refusal::Unavailable,
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("5"),
+            ),
+            (Refusal::Busy, StatusCode::SERVICE_UNAVAILABLE, Some("1")),
+            (
+                Refusal::ReviewRefused,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+            ),
+            (
+                Refusal::Unauthenticated("no token"),
+                StatusCode::UNAUTHORIZED,
+                None,
+            ),
+        ];
+        for (refusal, status, after) in cases {
+            let r = refused(&refusal);
+            assert_eq!(r.status(), status, "{refusal:?}");
+            assert_eq!(retry_after(&r).as_deref(), after, "{refusal:?}");
+        }
     }
 
     #[test]
