@@ -170,27 +170,29 @@ fn bearer(token: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(&format!("Bearer {token}")).ok()
 }
 
+/// The guard's decision on `GET /metrics` with `token`.
+async fn metrics(guard: &Guard, token: &str) -> Result<(), Refusal> {
+    let health = Arc::new(Health::new());
+    guard
+        .check(&health, &Method::GET, "/metrics", bearer(token).as_ref())
+        .await
+}
+
 #[tokio::test]
 async fn audiences_are_asked_for_and_the_answer_must_name_one() {
     let rec = Recorded::default();
     let reviewer =
         KubeReviewer::new(client(&rec)).with_audiences(vec!["captf-lock-exporter".into()]);
     let guard = Guard::kubernetes(Arc::new(reviewer));
-    let health = Arc::new(Health::new());
-    let check = |token: &'static str| {
-        let (guard, health) = (guard.clone(), health.clone());
-        async move {
-            guard
-                .check(&health, &Method::GET, "/metrics", bearer(token).as_ref())
-                .await
-        }
-    };
-    assert_eq!(check("good").await, Ok(()));
+    assert_eq!(metrics(&guard, "good").await, Ok(()));
     // Valid tokens, but not for the exporter: an ordinary ServiceAccount
     // token (the API server's audience), and an answer naming none.
     for token in ["api-aud", "no-aud"] {
         assert!(
-            matches!(check(token).await, Err(Refusal::Unauthenticated(_))),
+            matches!(
+                metrics(&guard, token).await,
+                Err(Refusal::Unauthenticated(_))
+            ),
             "{token}"
         );
     }
@@ -210,15 +212,12 @@ async fn audiences_are_asked_for_and_the_answer_must_name_one() {
 async fn the_api_servers_403_is_a_refusal_and_its_503_no_answer() {
     let rec = Recorded::default();
     let guard = Guard::kubernetes(Arc::new(KubeReviewer::new(client(&rec))));
-    let health = Arc::new(Health::new());
-    let check = |token: &'static str| {
-        let (guard, health) = (guard.clone(), health.clone());
-        async move {
-            guard
-                .check(&health, &Method::GET, "/metrics", bearer(token).as_ref())
-                .await
-        }
-    };
-    assert_eq!(check("forbidden").await, Err(Refusal::ReviewRefused));
-    assert_eq!(check("unavailable").await, Err(Refusal::Unavailable));
+    assert_eq!(
+        metrics(&guard, "forbidden").await,
+        Err(Refusal::ReviewRefused)
+    );
+    assert_eq!(
+        metrics(&guard, "unavailable").await,
+        Err(Refusal::Unavailable)
+    );
 }

@@ -281,26 +281,14 @@ fn refused(refusal: &Refusal) -> Response<Full<Bytes>> {
                 "forbidden: user {user:?} may not get {path:?} (RBAC: a ClusterRole with nonResourceURLs [{path:?}], verbs [get])\n"
             ),
         ),
-        Refusal::Unavailable => {
-            let mut r = reply(
-                StatusCode::SERVICE_UNAVAILABLE,
-                TEXT,
-                "cannot check the request: the API server does not answer reviews\n",
-            );
-            r.headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from_static("5"));
-            r
-        }
-        Refusal::Busy => {
-            let mut r = reply(
-                StatusCode::SERVICE_UNAVAILABLE,
-                TEXT,
-                "cannot check the request now: too many reviews in flight; retry in a second\n",
-            );
-            r.headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-            r
-        }
+        Refusal::Unavailable => unavailable(
+            "cannot check the request: the API server does not answer reviews\n",
+            "5",
+        ),
+        Refusal::Busy => unavailable(
+            "cannot check the request now: too many reviews in flight; retry in a second\n",
+            "1",
+        ),
         Refusal::ReviewRefused => reply(
             StatusCode::INTERNAL_SERVER_ERROR,
             TEXT,
@@ -309,16 +297,24 @@ fn refused(refusal: &Refusal) -> Response<Full<Bytes>> {
     }
 }
 
-/// The answer to a page request over the render bound.
-fn busy() -> Response<RespBody> {
+/// 503 with `Retry-After: <seconds>`.
+fn unavailable(text: &'static str, seconds: &'static str) -> Response<Full<Bytes>> {
     let mut r = reply(
         StatusCode::SERVICE_UNAVAILABLE,
         "text/plain; charset=utf-8",
-        "busy: too many pages rendering; retry in a second\n",
+        text,
     );
     r.headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    boxed(r)
+        .insert(RETRY_AFTER, HeaderValue::from_static(seconds));
+    r
+}
+
+/// The answer to a page request over the render bound.
+fn busy() -> Response<RespBody> {
+    boxed(unavailable(
+        "busy: too many pages rendering; retry in a second\n",
+        "1",
+    ))
 }
 
 #[cfg(test)]

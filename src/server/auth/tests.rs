@@ -83,6 +83,16 @@ fn header(v: &str) -> HeaderValue {
     HeaderValue::from_str(v).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A guard over a fresh [`Fake`], and the health it counts in.
+fn guarded() -> (Arc<Fake>, Guard, Arc<Health>) {
+    let fake = Arc::new(Fake::default());
+    (
+        fake.clone(),
+        Guard::kubernetes(fake),
+        Arc::new(Health::new()),
+    )
+}
+
 async fn check(g: &Guard, h: &Arc<Health>, path: &str, auth: Option<&str>) -> Result<(), Refusal> {
     let value = auth.map(header);
     g.check(h, &Method::GET, path, value.as_ref()).await
@@ -90,9 +100,7 @@ async fn check(g: &Guard, h: &Arc<Health>, path: &str, auth: Option<&str>) -> Re
 
 #[tokio::test(start_paused = true)]
 async fn tokens_paths_and_answers() {
-    let fake = Arc::new(Fake::default());
-    let g = Guard::kubernetes(fake.clone());
-    let h = Arc::new(Health::new());
+    let (fake, g, h) = guarded();
     assert!(matches!(
         check(&g, &h, "/metrics", None).await,
         Err(Refusal::Unauthenticated(_))
@@ -164,9 +172,7 @@ async fn tokens_paths_and_answers() {
 
 #[tokio::test(start_paused = true)]
 async fn ten_scrapes_a_second_cost_a_few_reviews_a_minute() {
-    let fake = Arc::new(Fake::default());
-    let g = Guard::kubernetes(fake.clone());
-    let h = Arc::new(Health::new());
+    let (fake, g, h) = guarded();
     // Ten minutes of 10 scrapes a second with one token.
     for _ in 0..6000 {
         assert_eq!(check(&g, &h, "/metrics", Some("Bearer good")).await, Ok(()));
@@ -188,9 +194,7 @@ async fn ten_scrapes_a_second_cost_a_few_reviews_a_minute() {
 
 #[tokio::test(start_paused = true)]
 async fn an_api_outage_keeps_known_callers_in_for_ten_minutes_and_nobody_new() {
-    let fake = Arc::new(Fake::default());
-    let g = Guard::kubernetes(fake.clone());
-    let h = Arc::new(Health::new());
+    let (fake, g, h) = guarded();
     assert_eq!(check(&g, &h, "/metrics", Some("Bearer good")).await, Ok(()));
     fake.down.store(true, Ordering::SeqCst);
     tokio::time::advance(Duration::from_secs(120)).await;
@@ -344,9 +348,7 @@ const PAGE: &str = "/locks/ns/TerraformMachine/web";
 
 #[tokio::test(start_paused = true)]
 async fn an_api_outage_never_serves_the_pages_from_older_answers() {
-    let fake = Arc::new(Fake::default());
-    let g = Guard::kubernetes(fake.clone());
-    let h = Arc::new(Health::new());
+    let (fake, g, h) = guarded();
     assert_eq!(check(&g, &h, PAGE, Some("Bearer people")).await, Ok(()));
     assert_eq!(check(&g, &h, "/metrics", Some("Bearer good")).await, Ok(()));
     fake.down.store(true, Ordering::SeqCst);
@@ -362,9 +364,7 @@ async fn an_api_outage_never_serves_the_pages_from_older_answers() {
 
 #[tokio::test(start_paused = true)]
 async fn a_refusal_of_the_exporters_own_review_never_falls_back() {
-    let fake = Arc::new(Fake::default());
-    let g = Guard::kubernetes(fake.clone());
-    let h = Arc::new(Health::new());
+    let (fake, g, h) = guarded();
     assert_eq!(check(&g, &h, "/metrics", Some("Bearer good")).await, Ok(()));
     // The exporter's ClusterRole lost create on tokenreviews.
     fake.refusing.store(true, Ordering::SeqCst);
@@ -381,9 +381,7 @@ async fn a_refusal_of_the_exporters_own_review_never_falls_back() {
 
 #[tokio::test(start_paused = true)]
 async fn a_full_review_queue_never_falls_back() {
-    let fake = Arc::new(Fake::default());
-    let g = Guard::kubernetes(fake.clone());
-    let h = Arc::new(Health::new());
+    let (fake, g, h) = guarded();
     assert_eq!(check(&g, &h, "/metrics", Some("Bearer good")).await, Ok(()));
     tokio::time::advance(Duration::from_secs(120)).await;
     // Random tokens whose reviews take every slot.
@@ -422,9 +420,7 @@ async fn an_outage_is_one_warning_and_every_failure_is_counted() {
     let warnings = Arc::new(AtomicUsize::new(0));
     let subscriber = tracing_subscriber::registry().with(Warnings(warnings.clone()));
     let _default = tracing::subscriber::set_default(subscriber);
-    let fake = Arc::new(Fake::default());
-    let g = Guard::kubernetes(fake.clone());
-    let h = Arc::new(Health::new());
+    let (fake, g, h) = guarded();
     fake.down.store(true, Ordering::SeqCst);
     for i in 0..100 {
         let auth = format!("Bearer t-{i}");
