@@ -125,6 +125,40 @@ pub struct Cli {
     /// reach the port). /healthz and /readyz are always open.
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_AUTH", value_enum, global = true)]
     pub auth: Option<AuthMode>,
+
+    /// With --auth=kubernetes, accept only bearer tokens issued for one of
+    /// these audiences, comma-separated (sent as the TokenReview's
+    /// spec.audiences; the answer must name one of them), e.g. a projected
+    /// ServiceAccount token minted for the exporter. Empty: the API
+    /// server's own audiences (an ordinary ServiceAccount token).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_AUTH_AUDIENCES", value_parser = audiences, default_value = "", hide_default_value = true, global = true)]
+    pub auth_audiences: Audiences,
+}
+
+/// The audiences `--auth-audiences` names, each once, in the order given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Audiences(pub Vec<String>);
+
+/// `--auth-audiences`: comma-separated, blanks around names and empty
+/// entries ignored (a chart may set the variable empty). An audience is
+/// compared byte for byte, so blanks or control characters inside one are
+/// a mistake, refused rather than never matched.
+fn audiences(s: &str) -> Result<Audiences, String> {
+    let mut list: Vec<String> = Vec::new();
+    for a in s.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        if a.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!(
+                "{a:?}: an audience has no blanks or control characters"
+            ));
+        }
+        if a.len() > 1024 {
+            return Err("an audience is at most 1024 bytes".into());
+        }
+        if !list.iter().any(|x| x == a) {
+            list.push(a.to_string());
+        }
+    }
+    Ok(Audiences(list))
 }
 
 /// `--auth`.
@@ -382,6 +416,28 @@ mod tests {
             );
         }
         assert!(err_of(&["--skip-resources", "leases"]).contains("leases cannot be skipped"));
+        for bad in ["a b", "ok,x\ty", "\u{1b}[1m"] {
+            let err = err_of(&["--auth-audiences", bad]);
+            assert!(err.contains("--auth-audiences"), "{bad:?}: {err}");
+        }
+        assert!(err_of(&["--auth-audiences", &"a".repeat(1025)]).contains("--auth-audiences"));
+    }
+
+    #[test]
+    fn audiences_default_to_none_and_keep_their_order() {
+        let cli = Cli::try_parse_from(["x", "demo"]).expect("parses");
+        assert_eq!(cli.auth_audiences, Audiences::default());
+        let cli = Cli::try_parse_from([
+            "x",
+            "--auth-audiences",
+            " captf-lock-exporter,,https://kubernetes.default.svc, captf-lock-exporter",
+            "demo",
+        ])
+        .expect("parses");
+        assert_eq!(
+            cli.auth_audiences.0,
+            ["captf-lock-exporter", "https://kubernetes.default.svc"]
+        );
     }
 
     #[test]

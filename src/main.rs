@@ -51,6 +51,8 @@ enum StartError {
     Tls(#[from] server::tls::TlsError),
     #[error("the demo serves plain HTTP without authentication (it has no API server to review tokens): {0} cannot be used with demo")]
     DemoEndpoint(&'static str),
+    #[error("--auth-audiences needs --auth kubernetes: with --auth none no token is checked")]
+    AudiencesWithoutAuth,
     #[error("{0}; exiting so that the exporter is restarted")]
     Stopped(#[from] Stopped),
 }
@@ -189,7 +191,13 @@ fn transport(
         if cli.auth == Some(AuthMode::Kubernetes) {
             return Err(StartError::DemoEndpoint("--auth kubernetes"));
         }
+        if !cli.auth_audiences.0.is_empty() {
+            return Err(StartError::DemoEndpoint("--auth-audiences"));
+        }
         return Ok(server::Transport::Plain);
+    }
+    if cli.auth == Some(AuthMode::None) && !cli.auth_audiences.0.is_empty() {
+        return Err(StartError::AudiencesWithoutAuth);
     }
     if cli.plain_http {
         return Ok(server::Transport::Plain);
@@ -230,15 +238,21 @@ fn endpoint(cli: &Cli, transport: server::Transport, client: &kube::Client) -> s
         return server::Endpoint::open_plain();
     }
     let guard = match cli.auth.unwrap_or(AuthMode::Kubernetes) {
-        AuthMode::Kubernetes => {
-            Guard::kubernetes(Arc::new(KubeReviewer::new(client.clone(), REVIEW_TIMEOUT)))
-        }
+        AuthMode::Kubernetes => Guard::kubernetes(Arc::new(
+            KubeReviewer::new(client.clone()).with_audiences(cli.auth_audiences.0.clone()),
+        )),
         AuthMode::None => Guard::Open,
     };
     let scheme = match &transport {
         server::Transport::Plain => "plain HTTP".to_string(),
         server::Transport::Tls(c) => format!("HTTPS (TLS 1.2+, {})", c.source()),
     };
+    if matches!(guard, Guard::Kubernetes(_)) && !cli.auth_audiences.0.is_empty() {
+        tracing::info!(
+            audiences = cli.auth_audiences.0.join(","),
+            "endpoint: bearer tokens must be issued for one of these audiences (--auth-audiences)"
+        );
+    }
     match (&guard, &transport) {
         (Guard::Kubernetes(_), server::Transport::Tls(_)) => tracing::info!(
             "endpoint: {scheme}; /metrics, / and /locks/... need a bearer token the API server accepts (TokenReview) and RBAC get on the path (SubjectAccessReview); /healthz and /readyz are open"
@@ -256,9 +270,6 @@ fn endpoint(cli: &Cli, transport: server::Transport, client: &kube::Client) -> s
 /// How often the certificate files are looked at (controller-runtime's
 /// certificate watcher polls as often).
 const RELOAD_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// The longest one TokenReview or SubjectAccessReview may take.
-const REVIEW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Names in a self-signed certificate besides localhost: the host name
 /// (the pod name in a pod) and the listen address when it is specific.

@@ -30,7 +30,7 @@ pub struct Shared {
     /// that deadline instead of polling.
     clock: tokio::sync::Notify,
     /// Watch health and self-metrics.
-    pub health: Health,
+    pub health: Arc<Health>,
     /// Holder pods to confirm with a live read.
     pub confirm_tx: mpsc::UnboundedSender<ObjectKey>,
     /// What the API server's answers taught about the connection
@@ -54,7 +54,7 @@ impl Shared {
             generation: tokio::sync::watch::channel(0).0,
             sinks: Mutex::new(Vec::new()),
             clock: tokio::sync::Notify::new(),
-            health: Health::new(),
+            health: Arc::new(Health::new()),
             confirm_tx,
             api: Arc::new(ApiLink::new()),
             watch_list: crate::watch::WatchList::default(),

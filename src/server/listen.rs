@@ -43,6 +43,7 @@ use tokio::sync::{watch, Semaphore};
 
 use super::auth::Guard;
 use super::deadline::{ResponseClock, Tracked, Watched};
+use super::episode::Episode;
 use super::respond;
 use super::slots::{Progressing, Registered, Slots};
 use super::tls::Certificates;
@@ -161,8 +162,7 @@ impl Listener for TcpListener {
 /// back to 10 ms after a success.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AcceptBackoff {
-    /// Errors since the last success.
-    errors: u64,
+    episode: Episode,
     next: Option<Duration>,
 }
 
@@ -177,15 +177,13 @@ impl AcceptBackoff {
     pub fn on_error(&mut self) -> (Duration, bool) {
         let delay = self.next.unwrap_or(Self::FIRST);
         self.next = Some((delay * 2).min(Self::MAX));
-        self.errors += 1;
-        (delay, self.errors == 1)
+        (delay, self.episode.on_error())
     }
 
     /// A success: the number of errors of the episode it ends, if any.
     pub fn on_success(&mut self) -> Option<u64> {
-        let errors = std::mem::take(&mut self.errors);
         self.next = None;
-        (errors > 0).then_some(errors)
+        self.episode.on_success()
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod auth;
 mod deadline;
+mod episode;
 mod listen;
 mod slots;
 pub mod tls;
@@ -280,29 +281,40 @@ fn refused(refusal: &Refusal) -> Response<Full<Bytes>> {
                 "forbidden: user {user:?} may not get {path:?} (RBAC: a ClusterRole with nonResourceURLs [{path:?}], verbs [get])\n"
             ),
         ),
-        Refusal::Unavailable => {
-            let mut r = reply(
-                StatusCode::SERVICE_UNAVAILABLE,
-                TEXT,
-                "cannot check the request: the API server does not answer reviews\n",
-            );
-            r.headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from_static("5"));
-            r
-        }
+        Refusal::Unavailable => unavailable(
+            "cannot check the request: the API server does not answer reviews\n",
+            "5",
+        ),
+        Refusal::Busy => unavailable(
+            "cannot check the request now: too many reviews in flight; retry in a second\n",
+            "1",
+        ),
+        Refusal::ReviewRefused => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            TEXT,
+            "cannot check the request: the API server refuses the exporter's reviews (see its log)\n",
+        ),
     }
+}
+
+/// 503 with `Retry-After: <seconds>`.
+fn unavailable(text: &'static str, seconds: &'static str) -> Response<Full<Bytes>> {
+    let mut r = reply(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "text/plain; charset=utf-8",
+        text,
+    );
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static(seconds));
+    r
 }
 
 /// The answer to a page request over the render bound.
 fn busy() -> Response<RespBody> {
-    let mut r = reply(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "text/plain; charset=utf-8",
+    boxed(unavailable(
         "busy: too many pages rendering; retry in a second\n",
-    );
-    r.headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    boxed(r)
+        "1",
+    ))
 }
 
 #[cfg(test)]
@@ -314,6 +326,39 @@ mod tests {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
+    }
+
+    #[test]
+    fn refusals_and_their_status_codes() {
+        let retry_after = |r: &Response<Full<Bytes>>| {
+            r.headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let cases = [
+            (
+                Refusal::Unavailable,
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("5"),
+            ),
+            (Refusal::Busy, StatusCode::SERVICE_UNAVAILABLE, Some("1")),
+            (
+                Refusal::ReviewRefused,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+            ),
+            (
+                Refusal::Unauthenticated("no token"),
+                StatusCode::UNAUTHORIZED,
+                None,
+            ),
+        ];
+        for (refusal, status, after) in cases {
+            let r = refused(&refusal);
+            assert_eq!(r.status(), status, "{refusal:?}");
+            assert_eq!(retry_after(&r).as_deref(), after, "{refusal:?}");
+        }
     }
 
     #[test]

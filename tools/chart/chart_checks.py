@@ -234,6 +234,8 @@ def check_workload(objs: list[dict[str, Any]], values: dict[str, Any], merged: d
     elif tls["secretName"]:
         want_args += [f"--tls-cert-file={TLS_DIR}/tls.crt", f"--tls-key-file={TLS_DIR}/tls.key"]
     want_args.append("--auth=" + ("kubernetes" if merged["web"]["auth"]["enabled"] else "none"))
+    if merged["web"]["auth"]["enabled"] and merged["web"]["auth"]["audiences"]:
+        want_args.append("--auth-audiences=" + ",".join(dict.fromkeys(merged["web"]["auth"]["audiences"])))
     want_args += merged["extraArgs"]
     expect(c["args"] == want_args, f"args {c['args']} != {want_args}")
     sa_name = pod["serviceAccountName"]

@@ -120,7 +120,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "monitored": {"serviceMonitor": {"enabled": True}, "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]}},
     # A cert-manager Secret, the CA from a Secret, the token from a Secret.
     "tls-secret": {
-        "web": {"tls": {"secretName": "captf-lock-exporter-tls"}},
+        "web": {"tls": {"secretName": "captf-lock-exporter-tls"}, "auth": {"audiences": ["captf-lock-exporter"]}},
         "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]},
         "pagesReader": {"groups": ["platform-oncall"]},
         "serviceMonitor": {
@@ -190,6 +190,8 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "web.tls.secretName: Bad_Name": {"web": {"tls": {"secretName": "Bad_Name"}}},
     "web.tls.certFile (unknown key)": {"web": {"tls": {"certFile": "/tls.crt"}}},
     "web.auth.mode (unknown key)": {"web": {"auth": {"mode": "none"}}},
+    "web.auth.audiences: a string": {"web": {"auth": {"audiences": "captf-lock-exporter"}}},
+    "web.auth.audiences: a blank inside": {"web": {"auth": {"audiences": ["captf lock-exporter"]}}},
     "metricsReader.serviceAccounts: no namespace": {"metricsReader": {"serviceAccounts": [{"name": "prometheus-k8s"}]}},
     "metricsReader.serviceAccounts: a string": {"metricsReader": {"serviceAccounts": ["monitoring/prometheus-k8s"]}},
     "pagesReader.users: a string": {"pagesReader": {"users": "alice"}},

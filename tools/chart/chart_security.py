@@ -81,7 +81,7 @@ def check_web_auth(objs: list[dict[str, Any]], merged: dict[str, Any]) -> str:
     """--auth=kubernetes with the review ClusterRole, or --auth=none and no review rights at all."""
     _dep, pod, c = _container(objs)
     auth = merged["web"]["auth"]["enabled"]
-    flags = [a for a in c["args"] if a.startswith("--auth")]
+    flags = [a for a in c["args"] if a.startswith("--auth=")]
     want = "--auth=kubernetes" if auth else "--auth=none"
     expect(flags == [want], f"auth flags {flags} != [{want}]")
     reviewers = [o for o in objs if o["kind"] in ("Role", "ClusterRole") and _grants_reviews(o)]

@@ -53,18 +53,60 @@ impl<V> Found<V> {
     }
 }
 
+/// The review in flight for one key, and how many callers wait on it.
+type Flights<K, V> = Mutex<HashMap<K, (Arc<OnceCell<V>>, usize)>>;
+
 /// A bounded cache of answers by key, with one review in flight per key.
 #[derive(Debug)]
 pub struct Cache<K, V> {
     capacity: usize,
     entries: Mutex<HashMap<K, Entry<V>>>,
-    in_flight: Mutex<HashMap<K, Arc<OnceCell<V>>>>,
+    in_flight: Flights<K, V>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// One caller's share of a review in flight. Dropping it (the caller
+/// finished, or its future was dropped: the client hung up, the response
+/// deadline passed) removes the key once no caller waits on it, so a
+/// cancelled request leaves nothing behind.
+struct Flight<'a, K: Eq + Hash, V> {
+    flights: &'a Flights<K, V>,
+    key: &'a K,
+    cell: Arc<OnceCell<V>>,
+}
+
+impl<'a, K: Clone + Eq + Hash, V> Flight<'a, K, V> {
+    fn join(flights: &'a Flights<K, V>, key: &'a K) -> Self {
+        let mut map = lock(flights);
+        let (cell, waiting) = map
+            .entry(key.clone())
+            .or_insert_with(|| (Arc::new(OnceCell::new()), 0));
+        *waiting += 1;
+        Flight {
+            flights,
+            key,
+            cell: cell.clone(),
+        }
+    }
+}
+
+impl<K: Eq + Hash, V> Drop for Flight<'_, K, V> {
+    fn drop(&mut self) {
+        let mut map = lock(self.flights);
+        if let Some((cell, waiting)) = map.get_mut(self.key) {
+            if Arc::ptr_eq(cell, &self.cell) {
+                *waiting -= 1;
+                if *waiting == 0 {
+                    map.remove(self.key);
+                }
+            }
+        }
     }
 }
 
@@ -88,14 +130,21 @@ impl<K: Clone + Eq + Hash, V: Clone> Cache<K, V> {
         self.len() == 0
     }
 
+    /// Keys with a review in flight (each kept by the callers waiting on it).
+    pub fn in_flight(&self) -> usize {
+        lock(&self.in_flight).len()
+    }
+
     /// The answer for `key`: cached while fresh, else from `review` (one
     /// call shared by every concurrent caller), kept for `ttl_of` its
     /// answer. A failed review falls back to an older answer within its
-    /// fallback time; without one the error is returned.
+    /// fallback time when `may_fall_back` says the failure allows it;
+    /// otherwise the error is returned.
     pub async fn get<E, F, Fut>(
         &self,
         key: &K,
         ttl_of: impl Fn(&V) -> Ttl,
+        may_fall_back: impl FnOnce(&E) -> bool,
         review: F,
     ) -> Result<Found<V>, E>
     where
@@ -111,15 +160,14 @@ impl<K: Clone + Eq + Hash, V: Clone> Cache<K, V> {
                 _ => None,
             }
         };
-        let cell = lock(&self.in_flight)
-            .entry(key.clone())
-            .or_insert_with(|| Arc::new(OnceCell::new()))
-            .clone();
+        let flight = Flight::join(&self.in_flight, key);
         // The first caller runs its review; the others wait for it and
         // share a success. A failure is not stored: each waiter then runs
-        // its own review (and the first one sees its own error).
+        // its own review (and the first one sees its own error). A caller
+        // dropped while it runs the review hands it to the next waiter.
         let mut reviewed = false;
-        let result = cell
+        let result = flight
+            .cell
             .get_or_try_init(|| {
                 reviewed = true;
                 review()
@@ -127,22 +175,17 @@ impl<K: Clone + Eq + Hash, V: Clone> Cache<K, V> {
             .await
             .cloned();
         if let (Ok(v), true) = (&result, reviewed) {
-            // Stored before the cell goes, so a caller arriving in between
-            // finds it.
+            // Stored before the flight ends, so a caller arriving in
+            // between finds it.
             self.insert(key, v, ttl_of(v));
         }
-        {
-            let mut flight = lock(&self.in_flight);
-            if flight.get(key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                flight.remove(key);
-            }
-        }
+        drop(flight);
         match result {
             Ok(v) if reviewed => Ok(Found::Reviewed(v)),
             Ok(v) => Ok(Found::Cached(v)),
             Err(e) => match fallback {
-                Some(v) => Ok(Found::Fallback(v)),
-                None => Err(e),
+                Some(v) if may_fall_back(&e) => Ok(Found::Fallback(v)),
+                _ => Err(e),
             },
         }
     }
@@ -188,7 +231,9 @@ mod tests {
         key: u32,
         answer: Result<bool, &'static str>,
     ) -> Result<Found<bool>, &'static str> {
-        cache.get(&key, |_| TTL, || async move { answer }).await
+        cache
+            .get(&key, |_| TTL, |_| true, || async move { answer })
+            .await
     }
 
     #[tokio::test(start_paused = true)]
@@ -209,6 +254,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_older_answer_stands_in_only_when_the_failure_allows_it() {
+        let cache = Cache::new(8);
+        assert_eq!(ask(&cache, 1, Ok(true)).await, Ok(Found::Reviewed(true)));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        let refused = cache
+            .get(
+                &1,
+                |_| TTL,
+                |e| *e != "refused",
+                || async { Err("refused") },
+            )
+            .await;
+        assert_eq!(refused, Err("refused"));
+        let down = cache
+            .get(&1, |_| TTL, |e| *e != "refused", || async { Err("down") })
+            .await;
+        assert_eq!(down, Ok(Found::Fallback(true)));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_cache_never_holds_more_than_its_capacity() {
         let cache = Cache::new(4);
         for key in 0..100 {
@@ -217,6 +282,53 @@ mod tests {
         }
         // The newest stay.
         assert_eq!(ask(&cache, 99, Ok(false)).await, Ok(Found::Cached(true)));
+    }
+
+    /// A lookup whose review never ends, told when the review starts.
+    fn stuck(
+        cache: &Arc<Cache<u32, bool>>,
+        key: u32,
+    ) -> (
+        tokio::task::JoinHandle<()>,
+        tokio::sync::oneshot::Receiver<()>,
+    ) {
+        let (started, rx) = tokio::sync::oneshot::channel();
+        let cache = cache.clone();
+        let task = tokio::spawn(async move {
+            let _ = cache
+                .get(
+                    &key,
+                    |_| TTL,
+                    |_| true,
+                    || async move {
+                        let _ = started.send(());
+                        std::future::pending::<Result<bool, ()>>().await
+                    },
+                )
+                .await;
+        });
+        (task, rx)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_lookup_leaves_nothing_in_flight() {
+        let cache = Arc::new(Cache::<u32, bool>::new(8));
+        // The caller that runs the review, and one waiting on it.
+        let (first, started) = stuck(&cache, 1);
+        assert!(started.await.is_ok(), "the review started");
+        let (second, _) = stuck(&cache, 1);
+        tokio::task::yield_now().await;
+        assert_eq!(cache.in_flight(), 1);
+        first.abort();
+        assert!(first.await.is_err_and(|e| e.is_cancelled()));
+        // The waiter takes the review over: still one key in flight.
+        assert_eq!(cache.in_flight(), 1, "kept while a caller waits");
+        second.abort();
+        assert!(second.await.is_err_and(|e| e.is_cancelled()));
+        assert_eq!(cache.in_flight(), 0, "a dropped lookup leaves no entry");
+        // A new lookup of the key is not stuck behind the abandoned one.
+        assert_eq!(ask(&cache, 1, Ok(true)).await, Ok(Found::Reviewed(true)));
+        assert_eq!(cache.in_flight(), 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -232,6 +344,7 @@ mod tests {
                     .get(
                         &7,
                         |_| TTL,
+                        |_| true,
                         || async move {
                             calls.fetch_add(1, Ordering::SeqCst);
                             // Held until every caller has queued behind it.

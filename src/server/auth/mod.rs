@@ -16,6 +16,7 @@
 //! SHA-256), and never sent anywhere but to the API server's TokenReview.
 
 pub mod cache;
+mod call;
 pub mod review;
 
 use std::sync::Arc;
@@ -26,9 +27,10 @@ use hyper::Method;
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
-use crate::health::{AuthResult, Health, Outcome, Review};
+use crate::health::{AuthResult, Health, Review};
 use cache::{Cache, Found, Ttl};
-pub use review::{Identity, KubeReviewer, ReviewError, Reviewer, User};
+use call::{CallError, ReviewLog};
+pub use review::{Failure, Identity, KubeReviewer, ReviewError, Reviewer, User};
 
 /// Paths anyone may read: probes, which carry no token.
 pub fn is_open(path: &str) -> bool {
@@ -47,11 +49,20 @@ const MAX_REVIEWS_IN_FLIGHT: usize = 8;
 /// How long a request waits for a review slot before it is answered 503.
 const REVIEW_QUEUE_WAIT: Duration = Duration::from_secs(2);
 
+/// The longest one review call may take. The call holds its slot until it
+/// ends, whether or not its caller is still there.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The one path an older positive answer may open while the API server
+/// does not answer: the scrape that would report the outage. The pages
+/// carry lock IDs and release commands and are never served on one.
+const FALLBACK_PATH: &str = "/metrics";
+
 /// Cache lifetimes (controller-runtime's filter: one minute for tokens,
 /// five minutes for allowed and thirty seconds for denied decisions).
 /// A positive answer may stand in for ten more minutes while the API server
-/// cannot be asked, so an API outage does not also blind the scrapes that
-/// would report it; a refusal never stands in.
+/// does not answer, for [`FALLBACK_PATH`] only, so an API outage does not
+/// also blind the scrapes that would report it; a refusal never stands in.
 const TOKEN_TTL: Ttl = Ttl {
     fresh: Duration::from_secs(60),
     fallback: Duration::from_secs(600),
@@ -84,8 +95,17 @@ pub enum Refusal {
         /// The path asked for.
         path: String,
     },
-    /// 503: the API server could not be asked and nothing is cached.
+    /// 503 with `Retry-After: 5`: the API server did not answer a review
+    /// (timeout, transport, 5xx, 429) and no older answer may stand in.
     Unavailable,
+    /// 503 with `Retry-After: 1`: every review slot stayed taken for the
+    /// whole queue wait (a flood of new tokens). No older answer stands
+    /// in: a flood must not turn a revoked permission back on.
+    Busy,
+    /// 500: the API server refused the exporter's own review (401/403:
+    /// the exporter lost its `create` rights, or another 4xx); waiting
+    /// does not help, so no `Retry-After` and no older answer.
+    ReviewRefused,
 }
 
 /// The policy in force on the endpoint.
@@ -111,7 +131,8 @@ pub struct Reviews {
     reviewer: Arc<dyn Reviewer>,
     tokens: Cache<[u8; 32], Identity>,
     access: Cache<[u8; 32], bool>,
-    in_flight: Semaphore,
+    in_flight: Arc<Semaphore>,
+    log: Arc<std::sync::Mutex<ReviewLog>>,
 }
 
 impl Guard {
@@ -121,15 +142,17 @@ impl Guard {
             reviewer,
             tokens: Cache::new(CACHE_CAPACITY),
             access: Cache::new(CACHE_CAPACITY),
-            in_flight: Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
+            in_flight: Arc::new(Semaphore::new(MAX_REVIEWS_IN_FLIGHT)),
+            log: Arc::default(),
         }))
     }
 
     /// Decides one request; protected paths' decisions are counted in
-    /// `health`.
+    /// `health` (as are review calls, also those that end after the
+    /// request was dropped).
     pub async fn check(
         &self,
-        health: &Health,
+        health: &Arc<Health>,
         method: &Method,
         path: &str,
         authorization: Option<&HeaderValue>,
@@ -145,7 +168,9 @@ impl Guard {
             Ok(()) => AuthResult::Allowed,
             Err(Refusal::Unauthenticated(_)) => AuthResult::Unauthenticated,
             Err(Refusal::Forbidden { .. }) => AuthResult::Forbidden,
-            Err(Refusal::Unavailable) => AuthResult::Unavailable,
+            Err(Refusal::Unavailable | Refusal::Busy | Refusal::ReviewRefused) => {
+                AuthResult::Unavailable
+            }
         });
         decision
     }
@@ -213,16 +238,32 @@ fn access_key(user: &User, verb: &str, path: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
+impl From<CallError> for Refusal {
+    fn from(err: CallError) -> Refusal {
+        match err {
+            CallError::Busy => Refusal::Busy,
+            CallError::Failed(Failure::Unanswered) => Refusal::Unavailable,
+            CallError::Failed(Failure::Refused) => Refusal::ReviewRefused,
+        }
+    }
+}
+
 impl Reviews {
     async fn decide(
         &self,
-        health: &Health,
+        health: &Arc<Health>,
         method: &Method,
         path: &str,
         authorization: Option<&HeaderValue>,
     ) -> Result<(), Refusal> {
         let token = bearer(authorization)?;
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        // An older answer stands in only for the scrape, and only when the
+        // API server did not answer: never for a full local queue or a
+        // refusal of the exporter's own review.
+        let may_fall_back = |err: &CallError| {
+            path == FALLBACK_PATH && *err == CallError::Failed(Failure::Unanswered)
+        };
         let identity = self
             .tokens
             .get(
@@ -231,10 +272,15 @@ impl Reviews {
                     Identity::Authenticated(_) => TOKEN_TTL,
                     Identity::Rejected => REJECTED_TTL,
                 },
-                || self.call(health, Review::Token, self.reviewer.token(token)),
+                may_fall_back,
+                || {
+                    let (reviewer, token) = (self.reviewer.clone(), token.to_owned());
+                    self.call(health, Review::Token, async move {
+                        reviewer.token(&token).await
+                    })
+                },
             )
-            .await
-            .map_err(|()| Refusal::Unavailable)?;
+            .await?;
         let user = match identity.value() {
             Identity::Authenticated(u) => u.clone(),
             Identity::Rejected => {
@@ -249,16 +295,16 @@ impl Reviews {
             .get(
                 &access_key(&user, &verb, path),
                 |ok| if *ok { ALLOWED_TTL } else { DENIED_TTL },
+                may_fall_back,
                 || {
-                    self.call(
-                        health,
-                        Review::Access,
-                        self.reviewer.access(&user, &verb, path),
-                    )
+                    let reviewer = self.reviewer.clone();
+                    let (user, verb, path) = (user.clone(), verb.clone(), path.to_owned());
+                    self.call(health, Review::Access, async move {
+                        reviewer.access(&user, &verb, &path).await
+                    })
                 },
             )
-            .await
-            .map_err(|()| Refusal::Unavailable)?;
+            .await?;
         if matches!(allowed, Found::Fallback(_)) || matches!(identity, Found::Fallback(_)) {
             tracing::debug!(
                 path,
@@ -272,37 +318,6 @@ impl Reviews {
                 user: user.name,
                 path: path.to_string(),
             })
-        }
-    }
-
-    /// One review call: waits for a slot (bounded), counts the outcome,
-    /// logs a failure without the token.
-    async fn call<T>(
-        &self,
-        health: &Health,
-        review: Review,
-        call: futures::future::BoxFuture<'_, Result<T, ReviewError>>,
-    ) -> Result<T, ()> {
-        let Ok(Ok(_permit)) =
-            tokio::time::timeout(REVIEW_QUEUE_WAIT, self.in_flight.acquire()).await
-        else {
-            health.on_review(review, Outcome::Error);
-            tracing::warn!(
-                review = review.as_str(),
-                "too many reviews in flight; request answered 503"
-            );
-            return Err(());
-        };
-        match call.await {
-            Ok(v) => {
-                health.on_review(review, Outcome::Ok);
-                Ok(v)
-            }
-            Err(err) => {
-                health.on_review(review, Outcome::Error);
-                tracing::warn!(error = %err, "cannot check a request to the endpoint");
-                Err(())
-            }
         }
     }
 }

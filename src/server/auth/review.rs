@@ -5,7 +5,6 @@
 //! that is stored (the API server answers a review and keeps nothing).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -36,13 +35,27 @@ pub enum Identity {
     Rejected,
 }
 
-/// A review the API server did not answer (timeout, transport, 5xx, or the
-/// exporter's own RBAC lacks `create` on the review resource).
+/// Why a review got no usable answer; it decides whether an older answer
+/// may stand in (see [`super::Guard`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The API server did not answer: no answer in time, a transport
+    /// error, a 5xx, or 429 (it is overloaded). Waiting may help.
+    Unanswered,
+    /// The API server answered and refused the review itself: 401 or 403
+    /// (the exporter lost its own right to create reviews), or another
+    /// 4xx. Waiting does not help; only the exporter's setup does.
+    Refused,
+}
+
+/// A review the API server did not answer, or refused.
 #[derive(Debug, thiserror::Error)]
 #[error("{review} failed: {message}")]
 pub struct ReviewError {
     /// Which review.
     pub review: &'static str,
+    /// Unanswered or refused.
+    pub kind: Failure,
     /// What went wrong (never contains the token).
     pub message: String,
 }
@@ -60,17 +73,28 @@ pub trait Reviewer: Send + Sync {
     ) -> BoxFuture<'a, Result<bool, ReviewError>>;
 }
 
-/// [`Reviewer`] over the exporter's own client, each call bounded in time.
+/// [`Reviewer`] over the exporter's own client. The guard bounds each
+/// call in time; this only asks.
 #[derive(Clone)]
 pub struct KubeReviewer {
     client: kube::Client,
-    timeout: Duration,
+    audiences: Vec<String>,
 }
 
 impl KubeReviewer {
-    /// Reviews through `client`, each call given at most `timeout`.
-    pub fn new(client: kube::Client, timeout: Duration) -> Self {
-        KubeReviewer { client, timeout }
+    /// Reviews through `client`, for the API server's own audiences.
+    pub fn new(client: kube::Client) -> Self {
+        KubeReviewer {
+            client,
+            audiences: Vec::new(),
+        }
+    }
+
+    /// Accepts only tokens issued for one of `audiences` (TokenReview
+    /// `spec.audiences`; empty: the API server's own audiences).
+    pub fn with_audiences(mut self, audiences: Vec<String>) -> Self {
+        self.audiences = audiences;
+        self
     }
 
     async fn create<K>(&self, review: &'static str, object: &K) -> Result<K, ReviewError>
@@ -83,17 +107,32 @@ impl KubeReviewer {
         K::DynamicType: Default,
     {
         let api: Api<K> = Api::all(self.client.clone());
-        match tokio::time::timeout(self.timeout, api.create(&PostParams::default(), object)).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(err)) => Err(ReviewError {
+        api.create(&PostParams::default(), object)
+            .await
+            .map_err(|err| ReviewError {
                 review,
+                kind: failure(&err),
                 message: describe(&err),
-            }),
-            Err(_) => Err(ReviewError {
-                review,
-                message: format!("no answer within {:?}", self.timeout),
-            }),
-        }
+            })
+    }
+
+    /// Whether an authenticated answer is for this exporter: with
+    /// audiences asked for, the answer must name one of them. An answer
+    /// naming none means the API server's own audience (the TokenReview
+    /// API's rule), which is not one asked for.
+    fn for_us(&self, answered: Option<&Vec<String>>) -> bool {
+        self.audiences.is_empty()
+            || answered.is_some_and(|got| got.iter().any(|a| self.audiences.contains(a)))
+    }
+}
+
+/// Whether an error means the API server did not answer (worth waiting
+/// for) or refused the review (the exporter's setup is wrong).
+fn failure(err: &kube::Error) -> Failure {
+    match err {
+        kube::Error::Api(status) if status.code == 429 || status.code >= 500 => Failure::Unanswered,
+        kube::Error::Api(_) => Failure::Refused,
+        _ => Failure::Unanswered,
     }
 }
 
@@ -115,13 +154,13 @@ impl Reviewer for KubeReviewer {
             let review = TokenReview {
                 spec: TokenReviewSpec {
                     token: token.to_string(),
-                    audiences: None,
+                    audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
                 },
                 ..Default::default()
             };
             let answer = self.create("TokenReview", &review).await?;
             let status = answer.status.unwrap_or_default();
-            if status.authenticated != Some(true) {
+            if status.authenticated != Some(true) || !self.for_us(status.audiences.as_ref()) {
                 return Ok(Identity::Rejected);
             }
             let user = status.user.unwrap_or_default();
