@@ -385,3 +385,30 @@ def test_unparseable_lock_info_guarded_patch(tool: str, ns: str, kube: Kube, onc
     lease = get_lease(kube, ns)
     assert LOCK_INFO_ANNOTATION not in (lease["metadata"].get("annotations") or {}), lease["metadata"]
 
+
+
+def test_force_unlock_as_printed_takes_an_id_that_starts_with_a_dash(tool: str, ns: str, kube: Kube,
+                                                                      oncall: OnCall, iac, admin_kubeconfig: Path,
+                                                                      start_exporter, tmp_path: Path) -> None:
+    """A Lease writer chose the lock ID ``-foo``. The force-unlock explain prints ends the flags with
+    ``--`` (Go's flag package would read ``-foo`` as an unknown flag): run as printed, it releases."""
+    t = iac(tool)
+    kube.create(terraform_object(M, ns, NAME, jobs={"lockTimeoutSeconds": LOCK_TIMEOUT}))
+    exp = start_exporter()
+    ws = tmp_path / "ws"
+    t.init(ws, backend_config(ns, admin_kubeconfig))
+    run = t.start_apply(ws, f"laptop-{tool}", 3600, tmp_path / "apply.log")
+    info = lock_info(wait_held(kube, ns, run, f"{tool} apply"))
+    run.kill()
+    info["ID"] = "-foo"
+    kube.patch("leases", ns, lease_of(ns), {"spec": {"holderIdentity": "-foo"},
+                                             "metadata": {"annotations": {LOCK_INFO_ANNOTATION: json.dumps(info)}}})
+    wait_class(exp, ns, "foreign")
+    text = explain(oncall, ns)
+    assert "force-unlock -force -- -foo)" in text, text
+    script = manual_unlock_script(text).replace("TF=tofu\n", f"TF={tool}\n", 1)
+    r = oncall.shell.run("set -e\n" + script, timeout=300)
+    done = time.monotonic()
+    count(tool, "foreign", script.count("\n"))
+    assert r.returncode == 0 and "successfully unlocked" in r.stdout, f"{script}\n{r.stdout}\n{r.stderr}"
+    wait_released(exp, ns, done, f"foreign: force-unlock -- -foo with {tool}", tool)
