@@ -68,8 +68,10 @@ pub fn image_variant(
         return;
     };
     let (value, from) = match lookup {
-        Lookup::Found { value, from } => (value, from),
+        // Where it came from names API errors: shown, like every value.
+        Lookup::Found { value, from } => (value, show(from)),
         Lookup::Unreadable { why, .. } => {
+            let why = show(why);
             let _ = writeln!(
                 out,
                 "     The object's pinned image could not be read, so no command here runs it ({why}):\n     use tofu or terraform as above."

@@ -3,19 +3,11 @@
 use std::time::SystemTime;
 
 use super::*;
+
 #[test]
 fn the_lock_page_of_an_unknown_lock_with_malformed_lock_info_shows_the_release_that_works() {
     let now = SystemTime::now();
-    let mut f = facts(HolderClass::Unknown, None, 60, None, now);
-    f.lease = LockLease::new(
-        NS.into(),
-        state_suffix(NS, Kind::TerraformMachine, "web"),
-        Some("TerraformMachine"),
-        Some("web".into()),
-        "hid-9".into(),
-        parse_lock_info(r#"{"ID":"x","Who":"#).map(Some),
-    );
-    let r = LockReport::build(&f, now);
+    let r = LockReport::build(&malformed_facts(now), now);
     let release = format!(
         r#"kubectl patch lease -n team-a {LEASE} --type=json -p '[{{"op":"test","path":"/spec/holderIdentity","value":"hid-9"}},{{"op":"remove","path":"/spec/holderIdentity"}},{{"op":"remove","path":"/metadata/annotations/app.terraform.io~1lock-info"}}]'"#
     );
