@@ -69,7 +69,8 @@ pub struct LockLease {
     /// when one holds a character [`crate::core::shown`] escapes (None for
     /// a clean Lease: the raw values are their own shown forms). Verdicts
     /// and printed commands use the raw values; every reader that shows a
-    /// value uses the `shown_*` accessors.
+    /// value uses the `shown_*` accessors. Made from the values `new` was
+    /// given: a Lease that changes is a new entry.
     shown: Option<Box<ShownLease>>,
 }
 
