@@ -208,6 +208,12 @@ pub struct ExplainArgs {
     /// Namespace (default: the kubeconfig context's).
     #[arg(short = 'n', long = "namespace", value_parser = namespace)]
     pub namespace: Option<String>,
+    /// The image repository whose images the printed fix may run (a value
+    /// ending in '/' trusts every repository under it). The object's pinned
+    /// image comes from a Secret anyone who may update Secrets in the
+    /// namespace can rewrite: any other repository is refused, with a warning.
+    #[arg(long, value_name = "REPOSITORY", default_value = crate::oncall::image::DEFAULT_RUNNER_IMAGE_REPOSITORY)]
+    pub runner_image_repository: String,
 }
 
 /// `locks -o`.

@@ -325,7 +325,15 @@ async fn oncall_command(cli: &Cli) -> ExitCode {
         }
         Some(Command::Explain(a)) => {
             let ns = a.namespace.clone().unwrap_or(default_ns);
-            oncall::explain(&client, &a.target, &ns, &mut out, &mut err).await
+            oncall::explain(
+                &client,
+                &a.target,
+                &ns,
+                &a.runner_image_repository,
+                &mut out,
+                &mut err,
+            )
+            .await
         }
         _ => EXIT_ERROR,
     };

@@ -7,6 +7,8 @@ use captf_lock_exporter::oncall::{self, render::Output};
 use serde_json::json;
 use support::*;
 
+/// The repository of the pinned images these tests serve: the fix may run them.
+const TRUSTED: &str = "ghcr.io/ex/mod";
 const NSP: &str = "/apis/coordination.k8s.io/v1/namespaces/ns1/leases";
 const NPODS: &str = "/api/v1/namespaces/ns1/pods";
 const NMACHINES: &str =
@@ -99,7 +101,15 @@ async fn explain_foreign_prints_the_filled_in_force_unlock() {
     let api = scripted();
     let client = api.client();
     let (mut out, mut err) = (String::new(), String::new());
-    let code = oncall::explain(&client, "TerraformMachines/web", NS, &mut out, &mut err).await;
+    let code = oncall::explain(
+        &client,
+        "TerraformMachines/web",
+        NS,
+        TRUSTED,
+        &mut out,
+        &mut err,
+    )
+    .await;
     assert_eq!(code, 0, "{err}");
     let suffix = suffix("TerraformMachine", "m", "web");
     let lease = format!("lock-tfstate-default-{suffix}");
@@ -113,7 +123,7 @@ async fn explain_foreign_prints_the_filled_in_force_unlock() {
         "IMAGE=ghcr.io/ex/mod@sha256:feed".into(),
         r#"LABELS='{"captf.infrastructure.cluster.x-k8s.io/owner-kind"="TerraformMachine","captf.infrastructure.cluster.x-k8s.io/owner-name"="web"}'"#.into(),
         format!("-backend-config=secret_suffix={suffix} -backend-config=namespace=ns1"),
-        "\"$IMAGE\" force-unlock -force id-web".into(),
+        "\"$IMAGE\" force-unlock -force -- id-web".into(),
         format!("kubectl get lease -n ns1 {lease} -o jsonpath='{{.spec.holderIdentity}}'"),
     ] {
         assert!(out.contains(&want), "missing {want:?} in\n{out}");
@@ -127,7 +137,15 @@ async fn explain_own_stale_and_live_and_missing() {
     let client = api.client();
     let (mut out, mut err) = (String::new(), String::new());
     assert_eq!(
-        oncall::explain(&client, "terraformmachine/stale", NS, &mut out, &mut err).await,
+        oncall::explain(
+            &client,
+            "terraformmachine/stale",
+            NS,
+            TRUSTED,
+            &mut out,
+            &mut err
+        )
+        .await,
         0
     );
     assert!(
@@ -141,7 +159,15 @@ async fn explain_own_stale_and_live_and_missing() {
     );
     let (mut out, mut err) = (String::new(), String::new());
     assert_eq!(
-        oncall::explain(&client, "terraformmachine/live", NS, &mut out, &mut err).await,
+        oncall::explain(
+            &client,
+            "terraformmachine/live",
+            NS,
+            TRUSTED,
+            &mut out,
+            &mut err
+        )
+        .await,
         0
     );
     assert!(
@@ -150,13 +176,29 @@ async fn explain_own_stale_and_live_and_missing() {
     );
     let (mut out, mut err) = (String::new(), String::new());
     assert_eq!(
-        oncall::explain(&client, "terraformmachine/free", NS, &mut out, &mut err).await,
+        oncall::explain(
+            &client,
+            "terraformmachine/free",
+            NS,
+            TRUSTED,
+            &mut out,
+            &mut err
+        )
+        .await,
         0
     );
     assert!(out.contains("not held"), "{out}");
     let (mut out, mut err) = (String::new(), String::new());
     assert_eq!(
-        oncall::explain(&client, "terraformmachine/nope", NS, &mut out, &mut err).await,
+        oncall::explain(
+            &client,
+            "terraformmachine/nope",
+            NS,
+            TRUSTED,
+            &mut out,
+            &mut err
+        )
+        .await,
         oncall::EXIT_ATTENTION
     );
     api.assert_only_get();
@@ -186,6 +228,7 @@ async fn commands_against_the_demo() {
             &client,
             "terraformmachine/prod-md-1",
             "demo",
+            TRUSTED,
             &mut out,
             &mut err
         )
@@ -252,7 +295,7 @@ async fn explain_unknown_with_malformed_lock_info_prints_the_guarded_release() {
     let api = scripted_odd_locks();
     let client = api.client();
     let (mut out, mut err) = (String::new(), String::new());
-    let code = oncall::explain(&client, "tfm/broken", NS, &mut out, &mut err).await;
+    let code = oncall::explain(&client, "tfm/broken", NS, TRUSTED, &mut out, &mut err).await;
     assert_eq!(code, 0, "{err}");
     let lease = format!(
         "lock-tfstate-default-{}",
@@ -284,15 +327,22 @@ async fn explain_force_unlocks_with_holder_identity_when_lock_info_id_differs() 
     let api = scripted_odd_locks();
     let client = api.client();
     let (mut out, mut err) = (String::new(), String::new());
-    let code = oncall::explain(&client, "terraformmachine/moved", NS, &mut out, &mut err).await;
+    let code = oncall::explain(
+        &client,
+        "terraformmachine/moved",
+        NS,
+        TRUSTED,
+        &mut out,
+        &mut err,
+    )
+    .await;
     assert_eq!(code, 0, "{err}");
     for want in [
         "Lock ID:       id-moved",
         "holderIdentity: hid-moved (not lock-info's ID; force-unlock takes this one)",
         "lock-info's ID (id-moved) is not spec.holderIdentity (hid-moved)",
         "does not match existing lock",
-        "\"$IMAGE\" force-unlock -force hid-moved",
-        "\"$TF\" force-unlock -force hid-moved",
+        "\"$TF\" force-unlock -force -- hid-moved",
         "TF=tofu",
         "-backend-config=config_path=\"$HOME/.kube/config\"",
     ] {

@@ -11,6 +11,7 @@ pub mod jobname;
 pub mod kind;
 pub mod lockinfo;
 pub mod podname;
+pub mod shown;
 pub mod suffix;
 pub mod timeouts;
 pub mod verdict;

@@ -5,6 +5,7 @@ use std::time::SystemTime;
 use crate::core::classify::{lock_id, HolderClass};
 use crate::core::kind::Kind;
 use crate::core::lockinfo::{LockInfo, LockInfoError};
+use crate::core::shown::{has_hidden, shown};
 use crate::core::suffix::{kind_of_suffix, lock_lease_name, state_suffix};
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
 use crate::core::verdict::{CaptfReason, ConditionStatus, StateReadable};
@@ -64,6 +65,42 @@ pub struct LockLease {
     /// here, in the watch task, not under the index's lock at every
     /// reclassification (a sha256 each).
     label_owner_verified: bool,
+    /// The shown forms of the holder and lock-info strings, made once here
+    /// when one holds a character [`crate::core::shown`] escapes (None for
+    /// a clean Lease: the raw values are their own shown forms). Verdicts
+    /// and printed commands use the raw values; every reader that shows a
+    /// value uses the `shown_*` accessors. Made from the values `new` was
+    /// given: a Lease that changes is a new entry.
+    shown: Option<Box<ShownLease>>,
+}
+
+/// The shown forms of a Lease's untrusted strings.
+#[derive(Clone, Debug, PartialEq)]
+struct ShownLease {
+    holder_identity: String,
+    id: String,
+    who: String,
+    operation: String,
+    version: String,
+}
+
+impl ShownLease {
+    /// Escaped copies, when any of the strings needs one.
+    fn of(holder_identity: &str, info: Option<&LockInfo>) -> Option<Box<ShownLease>> {
+        let empty = String::new();
+        let fields = info.map_or([&empty; 4], |i| [&i.id, &i.who, &i.operation, &i.version]);
+        if !has_hidden(holder_identity) && !fields.iter().any(|f| has_hidden(f)) {
+            return None;
+        }
+        let [id, who, operation, version] = fields.map(|f| shown(f).into_owned());
+        Some(Box::new(ShownLease {
+            holder_identity: shown(holder_identity).into_owned(),
+            id,
+            who,
+            operation,
+            version,
+        }))
+    }
 }
 
 impl LockLease {
@@ -87,6 +124,7 @@ impl LockLease {
                 (Some(kind), Some(name)) => state_suffix(&namespace, kind, name) == suffix,
                 _ => false,
             };
+        let shown = ShownLease::of(&holder_identity, info.as_ref());
         LockLease {
             namespace,
             suffix,
@@ -97,6 +135,32 @@ impl LockLease {
             info_error,
             who_cut,
             label_owner_verified,
+            shown,
+        }
+    }
+
+    /// `spec.holderIdentity` as shown (hidden characters escaped).
+    pub fn shown_holder_identity(&self) -> &str {
+        self.shown
+            .as_ref()
+            .map_or(&self.holder_identity, |s| &s.holder_identity)
+    }
+
+    /// lock-info's `ID`, `Who`, `Operation` and `Version` as shown; None
+    /// without lock-info.
+    pub fn shown_info(&self) -> Option<[&str; 4]> {
+        let i = self.info.as_ref()?;
+        Some(match &self.shown {
+            Some(s) => [&s.id, &s.who, &s.operation, &s.version],
+            None => [&i.id, &i.who, &i.operation, &i.version],
+        })
+    }
+
+    /// The lock ID as shown (see [`LockLease::lock_id`]).
+    pub fn shown_lock_id(&self) -> &str {
+        match self.shown_info() {
+            Some([id, ..]) if !id.is_empty() => id,
+            _ => self.shown_holder_identity(),
         }
     }
 
@@ -126,9 +190,9 @@ impl LockLease {
         lock_id(&self.holder_identity, self.info.as_ref())
     }
 
-    /// The lock ID, capped for a label value.
+    /// The lock ID as shown, capped for a label value.
     pub fn lock_id_label(&self) -> &str {
-        cap(self.lock_id(), MAX_LABEL_BYTES)
+        cap(self.shown_lock_id(), MAX_LABEL_BYTES)
     }
 
     /// Kind from the labels, else from the suffix.
@@ -136,11 +200,10 @@ impl LockLease {
         self.label_kind.or_else(|| kind_of_suffix(&self.suffix))
     }
 
-    /// Who, capped for a label value.
+    /// Who as shown, capped for a label value.
     pub fn holder_label(&self) -> &str {
-        self.info
-            .as_ref()
-            .map_or("", |i| cap(&i.who, MAX_LABEL_BYTES))
+        self.shown_info()
+            .map_or("", |[_, who, ..]| cap(who, MAX_LABEL_BYTES))
     }
 
     /// lock-info `Created` as Unix seconds, when usable.

@@ -245,9 +245,8 @@ impl Index {
                 holder: lock.lease.holder_label().to_string(),
                 operation: lock
                     .lease
-                    .info
-                    .as_ref()
-                    .map(|i| i.operation.clone())
+                    .shown_info()
+                    .map(|[_, _, op, _]| op.to_string())
                     .unwrap_or_default(),
                 age_seconds: age,
                 timeout_seconds: effective.lock_timeout_seconds,

@@ -129,16 +129,18 @@ impl Rows {
             plans: v.pending_plans.iter().map(|p| p.to_string()).collect(),
         });
         if let (Some(class), Some((age, source))) = (v.state.class, v.age(now)) {
-            let info = v.lease.info.as_ref();
+            // Shown forms (docs/contract.md 7.5): a label value never
+            // carries a character that steers a terminal or a chat.
+            let info = v.lease.shown_info();
             self.locks.push(LockRow {
                 ns: v.namespace.to_string(),
                 kind: v.kind,
                 name: v.name.to_string(),
                 class,
-                operation: info.map(|i| i.operation.clone()).unwrap_or_default(),
+                operation: info.map(|[_, _, op, _]| op.to_string()).unwrap_or_default(),
                 holder: v.lease.holder_label().to_string(),
                 lock_id: v.lease.lock_id_label().to_string(),
-                version: info.map(|i| i.version.clone()).unwrap_or_default(),
+                version: info.map(|[.., ver]| ver.to_string()).unwrap_or_default(),
                 age,
                 age_source: source.as_str(),
                 created: v.lease.created_seconds(),

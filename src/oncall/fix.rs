@@ -156,6 +156,9 @@ pub struct FixInputs {
     pub image: Lookup,
     /// The backend labels as an HCL object.
     pub labels: Lookup,
+    /// The image repository (or, ending in `/`, the repository prefix)
+    /// whose images the fix may run (`--runner-image-repository`).
+    pub trusted_repository: String,
 }
 
 /// The fix section `explain` prints for `r`.
@@ -250,57 +253,44 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
         );
         return;
     }
-    let _ = writeln!(
-        out,
-        "  2. Force-unlock it with the object's pinned runtime image. force-unlock takes\n     spec.holderIdentity ({}): the backend's Unlock compares that, not lock-info's ID.",
-        shq(&r.holder_identity)
-    );
-    let image = match inputs.map(|i| &i.image) {
-        Some(Lookup::Found { value, from }) => {
-            let _ = writeln!(out, "     (image from {from})");
-            format!("IMAGE={}", shq(value))
-        }
-        Some(Lookup::Unreadable { why, read_with }) => {
-            let _ = writeln!(out, "     (could not read the pinned image: {why})");
-            format!("IMAGE=\"$({read_with})\"")
-        }
-        None => "IMAGE='<image>@<digest>'".into(),
-    };
     let labels = match inputs.map(|i| &i.labels) {
         Some(Lookup::Found { value, from }) => {
-            let _ = writeln!(out, "     (backend labels from {from})");
-            format!("LABELS={}", shq(value))
+            format!(
+                "     (backend labels from {from})\n    LABELS={}",
+                shq(value)
+            )
         }
-        Some(Lookup::Unreadable { why, read_with }) => {
-            let _ = writeln!(out, "     (could not derive the backend labels: {why})");
-            format!("LABELS=\"$({read_with})\"")
-        }
-        None => "LABELS='<labels>'".into(),
+        Some(Lookup::Unreadable { why, read_with }) => format!(
+            "     (could not derive the backend labels: {why})\n    LABELS=\"$({read_with})\""
+        ),
+        None => "    LABELS='<labels>'".into(),
     };
-    let id_note = if has_control(&r.holder_identity) {
-        "     (the holderIdentity holds control characters, shown as '?': copy it from the Lease)\n"
+    let suffix = shq(&r.suffix);
+    // The raw holderIdentity, quoted: the one value the backend compares.
+    // `--` ends the flags (Go's flag package), so an ID that starts with
+    // '-' is never read as one.
+    let hid = shq(&r.raw_holder_identity);
+    let id_note = if has_control(&r.raw_holder_identity) {
+        "     (the holderIdentity holds control, bidi or zero-width characters: written above as\n     $'...' with octal escapes, which bash, zsh, ksh and busybox sh read, dash does not)\n"
     } else {
         ""
     };
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "\n    {image}\n    {labels}\n    mkdir -p root\n    cat > root/main.tf.json <<'EOF'\n{}\nEOF\n    echo '{{}}' > root/terraform.tfvars.json\n\n",
+        "  2. Force-unlock it with OpenTofu or Terraform installed on your machine (TF=tofu or\n     TF=terraform), with your kubeconfig (the management cluster). force-unlock takes\n     spec.holderIdentity ({}): the backend's Unlock compares that, not lock-info's ID.\n\n{labels}\n    mkdir -p root\n    cat > root/main.tf.json <<'EOF'\n{}\nEOF\n    echo '{{}}' > root/terraform.tfvars.json\n    TF=tofu\n    (cd root && \"$TF\" init -input=false \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=\"labels=$LABELS\" -backend-config=config_path=\"$HOME/.kube/config\" \\\n      && \"$TF\" force-unlock -force -- {hid})\n{id_note}     Either tool releases a lock the other took: both kubernetes backends keep the lock the\n     same way in this Lease. lock-info cannot tell them apart (Version {} is an OpenTofu or a\n     Terraform release number); use the one you have.",
+        shq(&r.holder_identity),
         MAIN_TF_JSON
             .lines()
             .map(|l| format!("    {l}"))
             .collect::<Vec<_>>()
-            .join("\n")
-    );
-    let suffix = shq(&r.suffix);
-    let hid = shq(&r.holder_identity);
-    let _ = writeln!(
-        out,
-        "    docker run --rm --entrypoint /captf/runtime \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" init -input=false -no-color \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=in_cluster_config=true -backend-config=\"labels=$LABELS\"\n\n    docker run --rm --entrypoint /captf/runtime \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" force-unlock -force {hid}\n{id_note}"
-    );
-    let _ = writeln!(
-        out,
-        "     in_cluster_config=true uses the credentials of the pod it runs in: run it from a pod of\n     the management cluster that may get and update Leases and Secrets in {ns}. From a\n     workstation, mount a kubeconfig instead: add -v \"$HOME/.kube/config:/kube/config:ro\" and\n     use -backend-config=in_cluster_config=false -backend-config=config_path=/kube/config.\n     Or, with OpenTofu or Terraform installed, in the same root (TF=tofu or TF=terraform):\n    TF=tofu\n    (cd root && \"$TF\" init -input=false \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=\"labels=$LABELS\" -backend-config=config_path=\"$HOME/.kube/config\" \\\n      && \"$TF\" force-unlock -force {hid})\n     Either tool releases a lock the other took: both kubernetes backends keep the lock the\n     same way in this Lease. lock-info cannot tell them apart (Version {} is an OpenTofu or a\n     Terraform release number); use the one you have.\n  3. Confirm the lock is clear (empty output):\n    {}",
+            .join("\n"),
         shq(r.info.as_ref().map_or("?", |i| i.version.as_str())),
+    );
+    let image = inputs.map(|i| (&i.image, i.trusted_repository.as_str()));
+    super::image::image_variant(r, image, &suffix, &hid, out);
+    let _ = writeln!(
+        out,
+        "  3. Confirm the lock is clear (empty output):\n    {}",
         r.commands.confirm
     );
 }

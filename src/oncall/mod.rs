@@ -9,6 +9,7 @@
 pub mod collect;
 pub mod commands;
 pub mod fix;
+pub mod image;
 pub mod model;
 pub mod render;
 pub mod report;
@@ -149,10 +150,13 @@ async fn snapshot_reporting(
 }
 
 /// `explain`: prints one lock's evidence chain and fix; returns the exit code.
+/// The fix runs the object's pinned image only when its repository is
+/// `runner_image_repository` (see [`image::trusted`]).
 pub async fn explain(
     client: &Client,
     target: &str,
     namespace: &str,
+    runner_image_repository: &str,
     out: &mut String,
     err: &mut String,
 ) -> i32 {
@@ -237,7 +241,11 @@ pub async fn explain(
                 },
             },
         };
-        Some(FixInputs { image, labels })
+        Some(FixInputs {
+            image,
+            labels,
+            trusted_repository: runner_image_repository.to_string(),
+        })
     } else {
         None
     };

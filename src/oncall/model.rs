@@ -204,11 +204,16 @@ pub struct LockReport {
     pub lease: String,
     /// The state suffix (backend `secret_suffix`).
     pub suffix: String,
-    /// The lock ID force-unlock needs.
+    /// The lock ID (lock-info's ID, else holderIdentity), as shown: hidden
+    /// characters escaped (docs/contract.md, section 7.5).
     pub lock_id: String,
-    /// `spec.holderIdentity`: the ID `force-unlock` must be given (the
+    /// `spec.holderIdentity` as shown: the ID `force-unlock` must be given (the
     /// backend's `Unlock` compares it, not lock-info's `ID`).
     pub holder_identity: String,
+    /// `spec.holderIdentity` as written: the argument of the printed
+    /// force-unlock (quoted there by `shq`), never shown as it is.
+    #[serde(skip)]
+    pub raw_holder_identity: String,
     /// lock-info's `ID` is set and is not `spec.holderIdentity`: the
     /// backend writes both from one ID, so something else wrote the Lease.
     pub lock_info_id_differs: bool,

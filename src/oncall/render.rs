@@ -213,7 +213,7 @@ pub fn evidence_text(r: &LockReport) -> String {
     );
     let verdict = match &r.own {
         OwnVerdict::Own { pod } => format!("yes: {} is a Job pod of this object", show(pod)),
-        OwnVerdict::NotOwn { why } => format!("no: {}", why.text()),
+        OwnVerdict::NotOwn { why } => format!("no: {}", show(&why.text())),
     };
     let _ = writeln!(o, "  Own runner pod: {verdict}");
     if let Some(p) = &r.pod {

@@ -15,6 +15,7 @@ use crate::core::jobname::owns_pod;
 use crate::core::kind::Kind;
 use crate::core::lockinfo::holder_host;
 use crate::core::podname::{check_pod_name, PodName};
+use crate::core::shown::shown;
 use crate::core::timeouts::Source;
 use crate::core::verdict::{compare, named_holder, Agreement, CaptfReason, OurVerdict};
 use crate::index::{unix_seconds, CaptfView, LockLease, PodRead};
@@ -33,8 +34,8 @@ pub fn captf_report(namespace: &str, view: &CaptfView, ours: OurVerdict<'_>) -> 
         .and_then(|s| s.state_readable.as_ref())
         .map(|c| ConditionReport {
             status: c.status.as_str(),
-            reason: c.raw_reason.clone(),
-            message: c.message.clone(),
+            reason: shown(&c.raw_reason).into_owned(),
+            message: shown(&c.message).into_owned(),
             since: c.since.map(super::render::at),
         });
     let active_job = status.is_some_and(|s| s.active_job);
@@ -50,7 +51,7 @@ pub fn captf_report(namespace: &str, view: &CaptfView, ours: OurVerdict<'_>) -> 
         Some(s) => match compare(s.state_readable.as_ref(), ours) {
             Agreement::Agrees => ("agrees", "agrees with the exporter".to_string()),
             Agreement::Silent => ("silent", silent_text(s.state_readable.as_ref())),
-            Agreement::Differs(d) => ("differs", d.text()),
+            Agreement::Differs(d) => ("differs", shown(&d.text()).into_owned()),
         },
     };
     let pending_plans = view
@@ -163,6 +164,24 @@ pub fn own_verdict(lease: &LockLease, owner: Option<(Kind, &str)>) -> OwnVerdict
     }
 }
 
+/// The verdict as shown: the names in it come from Who's host, raw.
+fn shown_verdict(own: OwnVerdict) -> OwnVerdict {
+    match own {
+        OwnVerdict::Own { pod } => OwnVerdict::Own {
+            pod: shown(&pod).into_owned(),
+        },
+        OwnVerdict::NotOwn {
+            why: NotOwn::OtherObjectsPod { kind, name },
+        } => OwnVerdict::NotOwn {
+            why: NotOwn::OtherObjectsPod {
+                kind,
+                name: shown(&name).into_owned(),
+            },
+        },
+        other => other,
+    }
+}
+
 fn pod_report(p: &PodFacts, one_shot: bool) -> PodReport {
     let read = p.last_read.map(|(r, _)| r);
     let state = match check_pod_name(&p.name) {
@@ -192,7 +211,7 @@ fn pod_report(p: &PodFacts, one_shot: bool) -> PodReport {
         (None, None) => "not in the watch cache; live read pending".into(),
     });
     PodReport {
-        name: p.name.clone(),
+        name: shown(&p.name).into_owned(),
         state,
         read_at: p.last_read.and_then(|(_, at)| at).map(unix_seconds),
     }
@@ -276,24 +295,29 @@ impl LockReport {
             object: f.object,
             lease: lease_name,
             suffix: lease.suffix.clone(),
-            lock_id: lease.lock_id().to_string(),
-            holder_identity: lease.holder_identity.clone(),
+            lock_id: lease.shown_lock_id().to_string(),
+            holder_identity: lease.shown_holder_identity().to_string(),
+            raw_holder_identity: lease.holder_identity.clone(),
             lock_info_id_differs: lease
                 .info
                 .as_ref()
                 .is_some_and(|i| !i.id.is_empty() && i.id != lease.holder_identity),
-            info: lease.info.as_ref().map(|i| InfoFields {
-                id: i.id.clone(),
-                operation: i.operation.clone(),
-                who: i.who.clone(),
-                version: i.version.clone(),
-                created: i
-                    .created
-                    .map(|c| c.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
-            }),
+            info: lease
+                .info
+                .as_ref()
+                .zip(lease.shown_info())
+                .map(|(i, [id, who, op, ver])| InfoFields {
+                    id: id.to_string(),
+                    operation: op.to_string(),
+                    who: who.to_string(),
+                    version: ver.to_string(),
+                    created: i
+                        .created
+                        .map(|c| c.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+                }),
             info_error: lease.info_error.as_ref().map(ToString::to_string),
-            host,
-            own,
+            host: host.map(|h| shown(&h).into_owned()),
+            own: shown_verdict(own),
             pod: f.pod.as_ref().map(|p| pod_report(p, f.one_shot)),
             lock_timeout: sourced(eff.lock_timeout_seconds, src.lock_timeout_seconds),
             active_deadline: sourced(eff.active_deadline_seconds, src.active_deadline_seconds),

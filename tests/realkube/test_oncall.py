@@ -50,8 +50,8 @@ def test_locks_and_explain_through_a_real_kubeconfig(cp: ControlPlane, kube: Kub
     assert res.returncode == 0, res.stderr
     suffix = state_suffix(ns, M, "web")
     for want in [f"kubectl get lease -n {ns} lock-tfstate-default-{suffix} -o yaml",
-                 "\"$IMAGE\" force-unlock -force lock-web-1",
-                 "could not read the pinned image"]:
+                 "\"$TF\" force-unlock -force -- lock-web-1",
+                 "pinned image could not be read, so no command here runs it"]:
         assert want in res.stdout, f"missing {want!r} in\n{res.stdout}"
     # the 403 on the Secret is a real answer of the API server, and explain says so
     assert "403" in res.stdout or "forbidden" in res.stdout.lower(), res.stdout

@@ -322,27 +322,43 @@ def test_workstation_lock_foreign_overdue_and_released(tool: str, ns: str, kube:
     # the person's machine died: the force-unlock explain prints, run as printed
     run.kill()
     releaser = other_tool(tool)
-    script = manual_unlock_script(text).replace("TF=tofu\n", f"TF={releaser}\n", 1)
-    r = oncall.shell.run("set -e\n" + script, timeout=300)
-    done = time.monotonic()
-    count(tool, "foreign", script.count("\n"))
-    assert r.returncode == 0 and "successfully unlocked" in r.stdout, f"{script}\n{r.stdout}\n{r.stderr}"
-    wait_released(exp, ns, done, f"foreign: explain's force-unlock with {releaser}", tool)
+    run_manual_unlock(oncall, exp, ns, text, releaser, tool, f"foreign: explain's force-unlock with {releaser}")
     confirm = [c for c in printed_commands(text) if "jsonpath" in c][-1]
     r = oncall.shell.run(confirm)
     assert r.returncode == 0 and r.stdout == "", f"Confirm printed {r.stdout!r}"
 
 
-def test_unparseable_lock_info_guarded_patch(tool: str, ns: str, kube: Kube, oncall: OnCall, iac,
-                                            admin_kubeconfig: Path, start_exporter, tmp_path: Path) -> None:
+def abandoned_lock(tool: str, ns: str, kube: Kube, iac, admin_kubeconfig: Path, start_exporter,
+                   tmp_path: Path) -> tuple[Exporter, dict[str, Any]]:
+    """An exporter, and the Lease of a lock the tool took on a workstation and never released
+    (the apply was killed)."""
     t = iac(tool)
     kube.create(terraform_object(M, ns, NAME, jobs={"lockTimeoutSeconds": LOCK_TIMEOUT}))
     exp = start_exporter()
     ws = tmp_path / "ws"
     t.init(ws, backend_config(ns, admin_kubeconfig))
     run = t.start_apply(ws, f"laptop-{tool}", 3600, tmp_path / "apply.log")
-    hid = wait_held(kube, ns, run, f"{tool} apply")["spec"]["holderIdentity"]
+    lease = wait_held(kube, ns, run, f"{tool} apply")
     run.kill()
+    return exp, lease
+
+
+def run_manual_unlock(oncall: OnCall, exp: Exporter, ns: str, explain_text: str, releaser: str, tool: str,
+                      how: str) -> None:
+    """Runs the workstation force-unlock explain printed, with ``releaser``; the exporter shows the
+    release."""
+    script = manual_unlock_script(explain_text).replace("TF=tofu\n", f"TF={releaser}\n", 1)
+    r = oncall.shell.run("set -e\n" + script, timeout=300)
+    done = time.monotonic()
+    count(tool, "foreign", script.count("\n"))
+    assert r.returncode == 0 and "successfully unlocked" in r.stdout, f"{script}\n{r.stdout}\n{r.stderr}"
+    wait_released(exp, ns, done, how, tool)
+
+
+def test_unparseable_lock_info_guarded_patch(tool: str, ns: str, kube: Kube, oncall: OnCall, iac,
+                                            admin_kubeconfig: Path, start_exporter, tmp_path: Path) -> None:
+    exp, lease = abandoned_lock(tool, ns, kube, iac, admin_kubeconfig, start_exporter, tmp_path)
+    hid = lease["spec"]["holderIdentity"]
     # something other than the backend wrote a lock-info no tool can parse
     kube.patch("leases", ns, lease_of(ns), {"metadata": {"annotations": {LOCK_INFO_ANNOTATION: '{"ID":"x","Who":'}}})
     wait_class(exp, ns, "unknown")
@@ -396,3 +412,19 @@ def test_unparseable_lock_info_guarded_patch(tool: str, ns: str, kube: Kube, onc
     lease = get_lease(kube, ns)
     assert LOCK_INFO_ANNOTATION not in (lease["metadata"].get("annotations") or {}), lease["metadata"]
 
+
+
+def test_force_unlock_as_printed_takes_an_id_that_starts_with_a_dash(tool: str, ns: str, kube: Kube,
+                                                                      oncall: OnCall, iac, admin_kubeconfig: Path,
+                                                                      start_exporter, tmp_path: Path) -> None:
+    """A Lease writer chose the lock ID ``-foo``. The force-unlock explain prints ends the flags with
+    ``--`` (Go's flag package would read ``-foo`` as an unknown flag): run as printed, it releases."""
+    exp, lease = abandoned_lock(tool, ns, kube, iac, admin_kubeconfig, start_exporter, tmp_path)
+    info = lock_info(lease)
+    info["ID"] = "-foo"
+    kube.patch("leases", ns, lease_of(ns), {"spec": {"holderIdentity": "-foo"},
+                                             "metadata": {"annotations": {LOCK_INFO_ANNOTATION: json.dumps(info)}}})
+    wait_class(exp, ns, "foreign")
+    text = explain(oncall, ns)
+    assert "force-unlock -force -- -foo)" in text, text
+    run_manual_unlock(oncall, exp, ns, text, tool, tool, f"foreign: force-unlock -- -foo with {tool}")
