@@ -148,7 +148,7 @@ fn the_unknown_lock_path_uses_holder_identity_and_releases_malformed_lock_info()
         !foreign.contains("force-unlock <lock_id>"),
         "lock-info's ID does not unlock: Unlock compares spec.holderIdentity"
     );
-    assert!(foreign.contains(r#""$TF" force-unlock -force "$HID""#));
+    assert!(foreign.contains(r#""$TF" force-unlock -force -- "$HID""#));
     assert!(
         foreign.contains("TF=tofu   # or TF=terraform"),
         "the manual force-unlock names both tools"

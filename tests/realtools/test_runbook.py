@@ -264,7 +264,7 @@ def test_runner_lock_live_stale_and_released(tool: str, ns: str, kube: Kube, onc
     # released by the runbook's manual force-unlock (CAPTFStateLockStale, step 2 -> ForeignOverdue,
     # step 2), run as printed in the runbook, with the other tool when both are built
     releaser = other_tool(tool)
-    block = runbook_block('"$TF" force-unlock -force "$HID"')
+    block = runbook_block('"$TF" force-unlock -force -- "$HID"')
     if releaser != "tofu":
         assert "TF=tofu   # or TF=terraform" in block
         block = block.replace("TF=tofu   #", f"TF={releaser}   #", 1)
@@ -379,7 +379,7 @@ def test_unparseable_lock_info_guarded_patch(tool: str, ns: str, kube: Kube, onc
                      "explain": lambda o: "unknown lock" in o}, tool, "unknown")
 
     # force-unlock cannot release it, with the right ID, as the runbook says: its block, as printed
-    block = runbook_block('"$TF" force-unlock -force "$HID"').replace("TF=tofu   #", f"TF={tool}   #", 1)
+    block = runbook_block('"$TF" force-unlock -force -- "$HID"').replace("TF=tofu   #", f"TF={tool}   #", 1)
     env = {"NS": ns, "LEASE": lease_of(ns), "SUFFIX": state_suffix(ns, M, NAME), "HID": hid}
     r = oncall.shell.run("set -e\n" + block, env=env, timeout=300)
     count(tool, "unknown")
