@@ -5,8 +5,8 @@
 #   3. yamllint --strict with alerts/.yamllint on everything under alerts/;
 #   4. consistency: exactly the docs/contract.md section 9 alerts, each with its
 #      severities (CAPTFStateLockForeignOverdue has a warning and a critical
-#      rule), summary, description and a runbook_url whose anchor is a heading
-#      of README.md; every lock alert with the dashboard_url of the object
+#      rule), summary, description and a runbook_url that is its page,
+#      docs/runbooks/<alert>.md; every lock alert with the dashboard_url of the object
 #      dashboard, and (but CAPTFForceUnlocks) with the Lease-watch gate and
 #      keep_firing_for; the exporter's own alerts with the job selector the
 #      chart substitutes; each alert covered by promtool tests that expect it
@@ -59,7 +59,7 @@ for t in "${test_files[@]}"; do
 done
 step "yamllint" yamllint --strict -c "$here/.yamllint" "$here"
 step "rules, tests and runbook agree" python3 - "$repo" "${rule_files[@]}" -- "${test_files[@]}" <<'PY'
-import re
+import os
 import sys
 
 import yaml
@@ -93,45 +93,10 @@ DASHBOARD_URL = (
     "&var-kind={{ $labels.kind }}&var-name={{ $labels.name }}"
 )
 JOB_SELECTOR = 'job=~".*captf-lock-exporter.*"'
-RUNBOOK = "https://github.com/captf-io/captf-lock-exporter/blob/main/README.md#"
+# Each alert's runbook is its own page, docs/runbooks/<alert>.md; the links
+# and anchors inside the pages are checked by tests/docs_links.rs.
+RUNBOOK = "https://github.com/captf-io/captf-lock-exporter/blob/main/docs/runbooks/"
 errors = []
-
-
-def anchor(heading):
-    # GitHub's heading anchors: lowercase, drop punctuation other than
-    # '-' and '_', spaces to '-'.
-    h = heading.strip().lower()
-    h = re.sub(r"[^\w\- ]", "", h)
-    return h.replace(" ", "-")
-
-
-def headings(path):
-    found, in_code = set(), False
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("```"):
-                in_code = not in_code
-            m = re.match(r"#{1,6} (.+)", line)
-            if m and not in_code:
-                found.add(anchor(m.group(1)))
-            # Explicit anchors (`<a id="...">`) inside a section.
-            if not in_code:
-                found.update(re.findall(r'<a id="([\w-]+)"></a>', line))
-    return found
-
-
-anchors = headings(f"{repo}/README.md")
-
-# The runbook's own links to anchors in itself or in sibling Markdown files.
-with open(f"{repo}/README.md", encoding="utf-8") as f:
-    runbook_text = f.read()
-for target, frag in re.findall(r"\]\(([\w./-]*\.md)?#([\w-]+)\)", runbook_text):
-    path = f"{repo}/{target}" if target else f"{repo}/README.md"
-    try:
-        if frag not in headings(path):
-            errors.append(f"README.md links to {target}#{frag}, which is no heading there")
-    except FileNotFoundError:
-        errors.append(f"README.md links to {target}, which does not exist")
 
 alerts = {}  # name -> its rules
 for path in rule_files:
@@ -157,10 +122,10 @@ for name, rules in alerts.items():
             if not ann.get(key):
                 errors.append(f"{name}: no {key} annotation")
         url = ann.get("runbook_url", "")
-        if not url.startswith(RUNBOOK):
-            errors.append(f"{name}: runbook_url {url!r} is not under {RUNBOOK}")
-        elif url[len(RUNBOOK):] not in anchors:
-            errors.append(f"{name}: runbook_url anchor #{url[len(RUNBOOK):]} is no heading of README.md")
+        if url != f"{RUNBOOK}{name}.md":
+            errors.append(f"{name}: runbook_url {url!r}, want {RUNBOOK}{name}.md")
+        elif not os.path.isfile(f"{repo}/docs/runbooks/{name}.md"):
+            errors.append(f"{name}: no runbook page docs/runbooks/{name}.md")
         if name in LOCK_ALERTS and ann.get("dashboard_url") != DASHBOARD_URL:
             errors.append(f"{name}: dashboard_url {ann.get('dashboard_url')!r}, want {DASHBOARD_URL!r}")
         if name not in LOCK_ALERTS and "dashboard_url" in ann:
