@@ -578,7 +578,7 @@ function(c)
               },
               includeByName: {},
               indexByName: {
-                cluster: 0,
+                [c.clusterLabel]: 0,
                 namespace: 1,
                 kind: 2,
                 name: 3,
@@ -792,7 +792,7 @@ function(c)
               },
               includeByName: {},
               indexByName: {
-                cluster: 0,
+                [c.clusterLabel]: 0,
                 namespace: 1,
                 kind: 2,
                 name: 3,
