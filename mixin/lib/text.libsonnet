@@ -10,6 +10,12 @@
   fold(s)::
     std.join(' ', [l for l in [std.stripChars(l, ' ') for l in std.split(s, '\n')] if l != '']),
 
-  // A label as annotation text.
-  safe(label):: '{{ %s }}' % label,
+  // A label that lock-info sets (holder, operation, lock_id: whoever may write a Lease or run
+  // terraform against the state chooses it), as annotation text. Slack, Teams and Mattermost read
+  // `<!channel>`, `<url|text>`, `[text](url)`, `&...;` and `@here` in a notification as mentions,
+  // links and markup, so the text keeps only A-Z a-z 0-9 @ . _ - (anything else, control and
+  // bidi characters and spaces included, becomes `_`) and breaks the mass mentions `@all`,
+  // `@channel`, `@everyone`, `@group`, `@here` (`_here`). The alert's labels keep the raw value.
+  safe(label)::
+    '{{ %s | reReplaceAll "[^A-Za-z0-9@._-]" "_" | reReplaceAll "(?i)@(all|channel|everyone|group|here)" "_$1" }}' % label,
 }
