@@ -1,7 +1,9 @@
 local g = import '../lib/grafana.libsonnet';
 
 function(c)
-  local q(s) = s % { cluster: c.clusterLabel };
+  // The queries' label filters: the cluster label of _config, and the variables.
+  local object = '%s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"' % c.clusterLabel;
+  local q(s) = s % { cluster: c.clusterLabel, object: object };
   g.dashboard(c.dashboardUids.object, 'CAPTF state lock: object', "History of one CAPTF object's Terraform/OpenTofu state lock: holder and class over time, age against its timeout and deadline, force-unlocks; and CAPTF's own view of it: its StateReadable condition, active Job, pending TerraformPlan and force-unlock counter.", c) + {
     templating: { list: [
       {
@@ -95,7 +97,7 @@ function(c)
               { h: 4, w: 4, x: 0, y: 0 },
               "Whether the object's state lock is held (captf_state_lock_held).",
               [
-                g.target(q('max(captf_state_lock_held{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'), 'A', legend='held'),
+                g.target(q('max(captf_state_lock_held{%(object)s})'), 'A', legend='held'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -142,7 +144,7 @@ function(c)
               { h: 4, w: 4, x: 4, y: 0 },
               "- **own_live**: held by a running runner pod of the object's own Job; nothing to do, later Jobs wait for it\n- **own_stale**: held by an own runner pod that is gone or finished; the next Job CAPTF starts for the object force-unlocks it\n- **foreign**: held by something that is not an own runner pod (a workstation, another object's pod); CAPTF never unlocks it, every Job waits lockTimeoutSeconds and fails\n- **unknown**: lock-info missing or unparseable, or Who has no host; treated like foreign\n- **own_unverified**: held by an own runner pod whose state the exporter could not read (API error); neither live nor stale",
               [
-                g.target(q('max by (class) (captf_state_lock_info{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'), 'A', legend='{{class}}'),
+                g.target(q('max by (class) (captf_state_lock_info{%(object)s})'), 'A', legend='{{class}}'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -175,7 +177,7 @@ function(c)
               { h: 4, w: 4, x: 8, y: 0 },
               'Now minus lock-info Created (or since the exporter first saw the lock when Created is unusable).',
               [
-                g.target(q('clamp_min(time() - min(captf_state_lock_acquired_timestamp_seconds{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}), 0)'), 'A', legend='age'),
+                g.target(q('clamp_min(time() - min(captf_state_lock_acquired_timestamp_seconds{%(object)s}), 0)'), 'A', legend='age'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -208,7 +210,7 @@ function(c)
               { h: 4, w: 4, x: 12, y: 0 },
               'Effective lockTimeoutSeconds: a foreign/unknown lock older than this is overdue.',
               [
-                g.target(q('max(captf_state_lock_timeout_seconds{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'), 'A', legend='timeout'),
+                g.target(q('max(captf_state_lock_timeout_seconds{%(object)s})'), 'A', legend='timeout'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -240,7 +242,7 @@ function(c)
               { h: 4, w: 4, x: 16, y: 0 },
               'A foreign/unknown lock older than the lock timeout: every Job of the object fails until someone force-unlocks.',
               [
-                g.target(q('max(captf_state_lock_overdue{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'), 'A', legend='overdue'),
+                g.target(q('max(captf_state_lock_overdue{%(object)s})'), 'A', legend='overdue'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -288,7 +290,7 @@ function(c)
               { h: 4, w: 4, x: 20, y: 0 },
               'When the exporter last saw a ForceUnlocked event for this object.',
               [
-                g.target(q('max(captf_state_lock_last_force_unlock_timestamp_seconds{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"} > 0) * 1000'), 'A', legend='last'),
+                g.target(q('max(captf_state_lock_last_force_unlock_timestamp_seconds{%(object)s} > 0) * 1000'), 'A', legend='last'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -321,9 +323,9 @@ function(c)
               { h: 4, w: 24, x: 0, y: 4 },
               'The lock as the exporter reads it: holder (lock-info Who), operation, lock ID, Terraform/OpenTofu version, Created.',
               [
-                g.target(q('max by (namespace, kind, name, class, holder, operation, lock_id, version) (captf_state_lock_info{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'), 'A', format='table'),
-                g.target(q('clamp_min(time() - min by (namespace, kind, name, age_source) (captf_state_lock_acquired_timestamp_seconds{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}), 0)'), 'B', format='table'),
-                g.target(q('max by (namespace, kind, name) (captf_state_lock_created_timestamp_seconds{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}) * 1000'), 'C', format='table'),
+                g.target(q('max by (namespace, kind, name, class, holder, operation, lock_id, version) (captf_state_lock_info{%(object)s})'), 'A', format='table'),
+                g.target(q('clamp_min(time() - min by (namespace, kind, name, age_source) (captf_state_lock_acquired_timestamp_seconds{%(object)s}), 0)'), 'B', format='table'),
+                g.target(q('max by (namespace, kind, name) (captf_state_lock_created_timestamp_seconds{%(object)s}) * 1000'), 'C', format='table'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -455,9 +457,9 @@ function(c)
               { h: 8, w: 24, x: 0, y: 8 },
               'Age of the held lock, the lock timeout (a foreign/unknown lock past it is overdue) and activeDeadlineSeconds + 600 s grace (an own_live lock past it is held too long).',
               [
-                g.target(q('clamp_min(time() - min(captf_state_lock_acquired_timestamp_seconds{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}), 0)'), 'A', legend='age', instant=false),
-                g.target(q('max(captf_state_lock_timeout_seconds{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'), 'B', legend='lock timeout', instant=false),
-                g.target(q('max(captf_state_lock_deadline_seconds{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}) + 600'), 'C', legend='deadline + 600 s grace', instant=false),
+                g.target(q('clamp_min(time() - min(captf_state_lock_acquired_timestamp_seconds{%(object)s}), 0)'), 'A', legend='age', instant=false),
+                g.target(q('max(captf_state_lock_timeout_seconds{%(object)s})'), 'B', legend='lock timeout', instant=false),
+                g.target(q('max(captf_state_lock_deadline_seconds{%(object)s}) + 600'), 'C', legend='deadline + 600 s grace', instant=false),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -532,8 +534,8 @@ function(c)
               { h: 7, w: 24, x: 0, y: 16 },
               'Which holder held the lock in which class, and when it was overdue.',
               [
-                g.target(q('max by (class, holder) (captf_state_lock_info{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'), 'A', legend='{{class}} {{holder}}', instant=false),
-                g.target(q('max(captf_state_lock_overdue{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'), 'B', legend='overdue', instant=false),
+                g.target(q('max by (class, holder) (captf_state_lock_info{%(object)s})'), 'A', legend='{{class}} {{holder}}', instant=false),
+                g.target(q('max(captf_state_lock_overdue{%(object)s})'), 'B', legend='overdue', instant=false),
               ]) + {
         fieldConfig: {
           defaults: {
@@ -619,7 +621,7 @@ function(c)
               { h: 6, w: 24, x: 0, y: 23 },
               "Force-unlocks of this object's stale own lock (ForceUnlocked events), one bar per step: how much the counter grew since the previous bar (max over exporter replicas, now minus one $__interval ago), so one event shows in one bar.",
               [
-                g.target(q('clamp_min(max(captf_state_lock_force_unlocks_total{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}) - max(captf_state_lock_force_unlocks_total{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"} offset $__interval), 0) or 0 * max(captf_state_lock_force_unlocks_total{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"})'), 'A', legend='force-unlocks', instant=false),
+                g.target(q('clamp_min(max(captf_state_lock_force_unlocks_total{%(object)s}) - max(captf_state_lock_force_unlocks_total{%(object)s} offset $__interval), 0) or 0 * max(captf_state_lock_force_unlocks_total{%(object)s})'), 'A', legend='force-unlocks', instant=false),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -647,7 +649,7 @@ function(c)
               { h: 4, w: 6, x: 0, y: 30 },
               'CAPTF\'s own StateReadable condition on the object as CAPTF last wrote it (status and reason). CAPTF writes it only at a reconcile while no Job of the object runs, so it can lag the lock. False StateLocked: CAPTF sees a foreign holder and every Job waits lockTimeoutSeconds and fails. "not reported": the object has no StateReadable condition, or the exporter does not export it.',
               [
-                g.target(q('max by (status, reason) (captf_state_lock_captf_condition{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}) or on () label_replace(vector(0), "status", "not reported", "", "")'), 'A', legend='{{status}} {{reason}}'),
+                g.target(q('max by (status, reason) (captf_state_lock_captf_condition{%(object)s}) or on () label_replace(vector(0), "status", "not reported", "", "")'), 'A', legend='{{status}} {{reason}}'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -679,7 +681,7 @@ function(c)
               { h: 4, w: 6, x: 6, y: 30 },
               'Whether the exporter\'s class of the lock and CAPTF\'s StateReadable condition agree. "disagree" (captf_state_lock_verdict_mismatch 1): they have disagreed for longer than the exporter\'s --verdict-grace with no Job active; CAPTFStateLockVerdictMismatch fires 15 minutes later. `captf-lock-exporter explain <kind>/<name> -n <namespace>` shows both side by side. "not exported": the exporter is older than this series.',
               [
-                g.target(q('max(captf_state_lock_verdict_mismatch{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}) or on () vector(-1)'), 'A', legend='verdict'),
+                g.target(q('max(captf_state_lock_verdict_mismatch{%(object)s}) or on () vector(-1)'), 'A', legend='verdict'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -732,7 +734,7 @@ function(c)
               { h: 4, w: 6, x: 12, y: 30 },
               "Whether the object's status.activeJob is set. While a Job runs CAPTF does not look at the lock, so its condition may still describe an earlier one, and no verdict mismatch is reported.",
               [
-                g.target(q('max(captf_state_lock_job_active{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}) or on () vector(0)'), 'A', legend='job'),
+                g.target(q('max(captf_state_lock_job_active{%(object)s}) or on () vector(0)'), 'A', legend='job'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -780,7 +782,7 @@ function(c)
               { h: 4, w: 6, x: 18, y: 30 },
               "A TerraformPlan in phase Pending whose spec.targetRef names this object (TerraformCluster or TerraformMachinePool). While it waits for approval nothing of the object runs, so an own stale lock stays. Review it with `kubectl get tfplan -n <namespace> <plan> -o yaml`. Approving it applies the plan's changes; approve only a plan you want applied, never to clear a lock.",
               [
-                g.target(q('max by (plan) (captf_state_lock_plan_pending{%(cluster)s=~"$cluster", namespace="$namespace", kind="$kind", name="$name"}) or on () label_replace(vector(0), "plan", "none pending", "", "")'), 'A', legend='{{plan}}'),
+                g.target(q('max by (plan) (captf_state_lock_plan_pending{%(object)s}) or on () label_replace(vector(0), "plan", "none pending", "", "")'), 'A', legend='{{plan}}'),
               ]) + {
         fieldConfig+: {
           defaults+: {

@@ -1,7 +1,9 @@
 local g = import '../lib/grafana.libsonnet';
 
 function(c)
-  local q(s) = s % { cluster: c.clusterLabel };
+  // The queries' label filters: the cluster label of _config, and the variables.
+  local filters = '%s=~"$cluster", namespace=~"$namespace", kind=~"$kind"' % c.clusterLabel;
+  local q(s) = s % { cluster: c.clusterLabel, filters: filters };
   g.dashboard(c.dashboardUids.locks, 'CAPTF state locks', 'Terraform/OpenTofu state locks of CAPTF objects (captf-lock-exporter): who holds them, which are overdue, force-unlocks, exporter health.', c) + {
     templating: { list: [
       {
@@ -259,7 +261,7 @@ function(c)
               { h: 5, w: 5, x: 14, y: 0 },
               "Foreign or unknown locks older than their object's effective lockTimeoutSeconds (captf_state_lock_overdue == 1), in the selected namespaces and kinds. Every Job of such an object now fails until a person force-unlocks the state; the table below lists them first.",
               [
-                g.target(q('count(max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"} == 1)) or vector(0)'), 'A', legend='overdue'),
+                g.target(q('count(max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(filters)s} == 1)) or vector(0)'), 'A', legend='overdue'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -400,11 +402,11 @@ function(c)
               { h: 10, w: 24, x: 0, y: 5 },
               "The 100 worst held state locks in the selected namespaces and kinds: overdue ones first, then the oldest. Each query returns at most these 100 locks (topk of the sort key, the others joined to it with `and on`), so the table stays cheap at 100k objects; the stats above count every lock. overdue: a foreign/unknown lock older than its timeout; its object's Jobs fail until someone runs a force-unlock. age_source=observed means lock-info Created was unusable and age counts from when the exporter first saw the lock (a lower bound). Click a name for the object's lock history.",
               [
-                g.target(q('max by (%(cluster)s, namespace, kind, name, class, holder, operation, lock_id) (captf_state_lock_info{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}) and on (%(cluster)s, namespace, kind, name) topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}) * 1e9 + clamp_min(time() - min by (%(cluster)s, namespace, kind, name) (captf_state_lock_acquired_timestamp_seconds{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}), 0))'), 'A', format='table'),
-                g.target(q('clamp_min(time() - min by (%(cluster)s, namespace, kind, name, age_source) (captf_state_lock_acquired_timestamp_seconds{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}), 0) and on (%(cluster)s, namespace, kind, name) topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}) * 1e9 + clamp_min(time() - min by (%(cluster)s, namespace, kind, name) (captf_state_lock_acquired_timestamp_seconds{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}), 0))'), 'B', format='table'),
-                g.target(q('max by (%(cluster)s, namespace, kind, name) (captf_state_lock_timeout_seconds{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}) and on (%(cluster)s, namespace, kind, name) topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}) * 1e9 + clamp_min(time() - min by (%(cluster)s, namespace, kind, name) (captf_state_lock_acquired_timestamp_seconds{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}), 0))'), 'C', format='table'),
-                g.target(q('max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}) and on (%(cluster)s, namespace, kind, name) topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}) * 1e9 + clamp_min(time() - min by (%(cluster)s, namespace, kind, name) (captf_state_lock_acquired_timestamp_seconds{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}), 0))'), 'D', format='table'),
-                g.target(q('topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}) * 1e9 + clamp_min(time() - min by (%(cluster)s, namespace, kind, name) (captf_state_lock_acquired_timestamp_seconds{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}), 0))'), 'E', format='table'),
+                g.target(q('max by (%(cluster)s, namespace, kind, name, class, holder, operation, lock_id) (captf_state_lock_info{%(filters)s}) and on (%(cluster)s, namespace, kind, name) topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(filters)s}) * 1e9 + clamp_min(time() - min by (%(cluster)s, namespace, kind, name) (captf_state_lock_acquired_timestamp_seconds{%(filters)s}), 0))'), 'A', format='table'),
+                g.target(q('clamp_min(time() - min by (%(cluster)s, namespace, kind, name, age_source) (captf_state_lock_acquired_timestamp_seconds{%(filters)s}), 0) and on (%(cluster)s, namespace, kind, name) topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(filters)s}) * 1e9 + clamp_min(time() - min by (%(cluster)s, namespace, kind, name) (captf_state_lock_acquired_timestamp_seconds{%(filters)s}), 0))'), 'B', format='table'),
+                g.target(q('max by (%(cluster)s, namespace, kind, name) (captf_state_lock_timeout_seconds{%(filters)s}) and on (%(cluster)s, namespace, kind, name) topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(filters)s}) * 1e9 + clamp_min(time() - min by (%(cluster)s, namespace, kind, name) (captf_state_lock_acquired_timestamp_seconds{%(filters)s}), 0))'), 'C', format='table'),
+                g.target(q('max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(filters)s}) and on (%(cluster)s, namespace, kind, name) topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(filters)s}) * 1e9 + clamp_min(time() - min by (%(cluster)s, namespace, kind, name) (captf_state_lock_acquired_timestamp_seconds{%(filters)s}), 0))'), 'D', format='table'),
+                g.target(q('topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_overdue{%(filters)s}) * 1e9 + clamp_min(time() - min by (%(cluster)s, namespace, kind, name) (captf_state_lock_acquired_timestamp_seconds{%(filters)s}), 0))'), 'E', format='table'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -705,7 +707,7 @@ function(c)
               { h: 8, w: 12, x: 12, y: 15 },
               'Force-unlocks of stale own locks (ForceUnlocked events) per namespace, one bar per step: each bar is how much the counter grew since the previous bar (its value now minus its value one $__interval ago), so one event is counted in exactly one bar and the bars add up to the events in the time range. Each exporter replica counts every event, so the counter is the max over replicas per object, then summed. A counter reset (exporter restart) counts 0 in its bar.',
               [
-                g.target(q('sum by (namespace) (clamp_min(max by (%(cluster)s, namespace, kind, name) (captf_state_lock_force_unlocks_total{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}) - max by (%(cluster)s, namespace, kind, name) (captf_state_lock_force_unlocks_total{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"} offset $__interval), 0) or 0 * max by (%(cluster)s, namespace, kind, name) (captf_state_lock_force_unlocks_total{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"}))'), 'A', legend='{{namespace}}', instant=false),
+                g.target(q('sum by (namespace) (clamp_min(max by (%(cluster)s, namespace, kind, name) (captf_state_lock_force_unlocks_total{%(filters)s}) - max by (%(cluster)s, namespace, kind, name) (captf_state_lock_force_unlocks_total{%(filters)s} offset $__interval), 0) or 0 * max by (%(cluster)s, namespace, kind, name) (captf_state_lock_force_unlocks_total{%(filters)s}))'), 'A', legend='{{namespace}}', instant=false),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -727,7 +729,7 @@ function(c)
               { h: 7, w: 24, x: 0, y: 23 },
               'When the exporter last saw a ForceUnlocked event per object (also events older than the exporter), the 100 newest, newest first.',
               [
-                g.target(q('topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_last_force_unlock_timestamp_seconds{%(cluster)s=~"$cluster", namespace=~"$namespace", kind=~"$kind"} > 0)) * 1000'), 'A', format='table'),
+                g.target(q('topk(100, max by (%(cluster)s, namespace, kind, name) (captf_state_lock_last_force_unlock_timestamp_seconds{%(filters)s} > 0)) * 1000'), 'A', format='table'),
               ]) + {
         fieldConfig+: {
           defaults+: {
