@@ -21,6 +21,9 @@
 //! comparison: `watch_last_success_timestamp_seconds` (wall clock of the
 //! health updates) and the build_info version (the crate version).
 
+#[path = "common/committed.rs"]
+mod committed;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -322,27 +325,12 @@ fn check(format: Format, file: &str) {
         Ok(t) => normalise(&t, shared.version),
         Err(e) => panic!("render failed: {e}"),
     };
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(file);
-    if std::env::var_os("CAPTF_BLESS_GOLDEN").is_some() {
-        std::fs::write(&path, &text).unwrap_or_else(|e| panic!("write {path:?}: {e}"));
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path:?}: {e}"));
-    if text != expected {
-        let first = text
-            .lines()
-            .zip(expected.lines())
-            .position(|(a, b)| a != b)
-            .unwrap_or(text.lines().count().min(expected.lines().count()));
-        panic!(
-            "exposition differs from {file} at line {}:\n  got:      {:?}\n  expected: {:?}\n--- got ---\n{text}",
-            first + 1,
-            text.lines().nth(first),
-            expected.lines().nth(first),
-        );
-    }
+    committed::check_or_bless(
+        &format!("tests/golden/{file}"),
+        &text,
+        "CAPTF_BLESS_GOLDEN",
+        &format!("the exposition changed\n--- got ---\n{text}"),
+    );
 }
 
 #[test]

@@ -164,10 +164,10 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_rbac_table_lists_every_watched_resource() {
-        let readme = include_str!("../../README.md");
-        let rbac = readme
-            .split("### RBAC it needs")
+    fn the_install_guide_rbac_table_lists_every_watched_resource() {
+        let install = include_str!("../../docs/install.md");
+        let rbac = install
+            .split("\n## RBAC it needs\n")
             .nth(1)
             .and_then(|s| s.split("\n## ").next())
             .unwrap_or_default();

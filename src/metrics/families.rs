@@ -20,6 +20,10 @@ trait Type {
     type Value;
     /// The type as the exposition names it.
     const TYPE: MetricType;
+    /// The type as docs/metrics.md names it.
+    const NAME: &'static str;
+    /// What the exposition appends to the family name in a series name.
+    const SUFFIX: &'static str;
     /// Writes one sample.
     fn encode(value: &Self::Value, m: MetricEncoder<'_>) -> fmt::Result;
 }
@@ -32,6 +36,8 @@ struct Counter;
 impl Type for Gauge {
     type Value = f64;
     const TYPE: MetricType = MetricType::Gauge;
+    const NAME: &'static str = "gauge";
+    const SUFFIX: &'static str = "";
     fn encode(value: &f64, mut m: MetricEncoder<'_>) -> fmt::Result {
         m.encode_gauge(value)
     }
@@ -40,6 +46,8 @@ impl Type for Gauge {
 impl Type for Counter {
     type Value = u64;
     const TYPE: MetricType = MetricType::Counter;
+    const NAME: &'static str = "counter";
+    const SUFFIX: &'static str = "_total";
     fn encode(value: &u64, mut m: MetricEncoder<'_>) -> fmt::Result {
         m.encode_counter::<NoLabelSet, _, u64>(value, None)
     }
@@ -69,6 +77,62 @@ impl<T: Type, const N: usize> Family<T, N> {
         }
         Ok(())
     }
+
+    fn doc(&self, group: &'static str) -> FamilyDoc {
+        FamilyDoc {
+            group,
+            name: format!("{}{}", self.name, T::SUFFIX),
+            kind: T::NAME,
+            labels: self.labels.to_vec(),
+            help: self.help,
+        }
+    }
+}
+
+/// One family as docs/metrics.md lists it (tests/docs_generated.rs
+/// renders the page from [`family_docs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyDoc {
+    /// The heading it is listed under.
+    pub group: &'static str,
+    /// The series name (a counter's with `_total`).
+    pub name: String,
+    /// `gauge` or `counter`.
+    pub kind: &'static str,
+    /// Label names, in exposition order.
+    pub labels: Vec<&'static str>,
+    /// The HELP text.
+    pub help: &'static str,
+}
+
+/// Every family declared in this file, in exposition order. The
+/// self-metric counters of [`Health::register_counters`] are not among
+/// them; the docs test reads those from their encoding.
+pub fn family_docs() -> Vec<FamilyDoc> {
+    const LOCK: &str = "Per held lock";
+    const OBJECT: &str = "Per known object";
+    const OVERVIEW: &str = "Overview";
+    const SELF: &str = "The exporter itself";
+    vec![
+        LOCK_INFO.doc(LOCK),
+        LOCK_ACQUIRED.doc(LOCK),
+        LOCK_AGE.doc(LOCK),
+        LOCK_CREATED.doc(LOCK),
+        LOCK_OVERDUE.doc(LOCK),
+        HELD.doc(OBJECT),
+        TIMEOUT.doc(OBJECT),
+        DEADLINE.doc(OBJECT),
+        CAPTF_CONDITION.doc(OBJECT),
+        VERDICT_MISMATCH.doc(OBJECT),
+        JOB_ACTIVE.doc(OBJECT),
+        PLAN_PENDING.doc(OBJECT),
+        FORCE_UNLOCKS.doc(OBJECT),
+        LAST_FORCE_UNLOCK.doc(OBJECT),
+        HELD_PER_CLASS.doc(OVERVIEW),
+        BUILD_INFO.doc(SELF),
+        WATCH_UP.doc(SELF),
+        WATCH_LAST_SUCCESS.doc(SELF),
+    ]
 }
 
 // 7.1 Per held lock.

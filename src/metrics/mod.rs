@@ -31,6 +31,7 @@ mod incremental_tests;
 
 pub use body::{AcceptEncoding, Body, Frames};
 pub use cache::{ScrapeCache, ScrapeError, DEBOUNCE, HEALTH_EVERY};
+pub use families::{family_docs, FamilyDoc};
 
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -1,6 +1,7 @@
 """On-call tools against kmock's emulator and the demo: the `locks` and `explain` commands (the real
 binary, one-shot), and both HTML pages in a real headless browser (Debian's chromium): rows, the
-screenshot the README shows, and hostile holder strings shown as text with nothing executed."""
+screenshot the README and docs/runbooks/before-you-begin.md show, and hostile holder strings shown
+as text with nothing executed."""
 
 from __future__ import annotations
 

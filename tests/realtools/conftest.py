@@ -1,7 +1,7 @@
 """Fixtures of the realtools suite: the realkube control plane (etcd + kube-apiserver, CRDs), the
 chart's RBAC for the exporter, the tools built from Go modules (tools/realtools/build.sh), a fresh
 namespace per test, and the on-call identity: a ServiceAccount bound to exactly the Role the
-README's runbook ("Before you begin") prints, applied as printed.
+runbook's docs/runbooks/before-you-begin.md prints, applied as printed.
 
 Environment:
   EXPORTER_BIN      the binary (default: target/release/captf-lock-exporter of this checkout)
@@ -38,16 +38,19 @@ TOOLS = tuple(os.environ.get("REALTOOLS_TOOLS", "tofu").split())
 RESOURCES = ("leases", "pods", "events", "terraformclusters", "terraformmachines", "terraformmachinepools",
              "terraformplans", "clusters")
 
+#: the runbook page that prints the on-call Role
+BEFORE_YOU_BEGIN = ROOT / "docs" / "runbooks" / "before-you-begin.md"
+
 #: measurements of the session: releases seen and their latency, commands run per class
 REPORT: dict[str, Any] = {"releases": [], "commands": {}, "tools": {}}
 
 
-def readme_oncall_role() -> dict[str, Any]:
-    """The Role the runbook's "Before you begin" prints (README.md), parsed from its yaml block."""
-    text = (ROOT / "README.md").read_text()
+def runbook_oncall_role() -> dict[str, Any]:
+    """The Role the runbook's "Before you begin" prints, parsed from its yaml block."""
+    text = BEFORE_YOU_BEGIN.read_text()
     start = text.index("**What you need: the on-call Role.**")
     m = re.search(r"```yaml\n(.*?)```", text[start:], re.S)
-    assert m, "README: no yaml block after 'What you need: the on-call Role.'"
+    assert m, f"{BEFORE_YOU_BEGIN}: no yaml block after 'What you need: the on-call Role.'"
     role = yaml.safe_load(m.group(1))
     assert role["kind"] == "Role", role
     return role
@@ -103,7 +106,7 @@ def ns(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
 
 @dataclass
 class OnCall:
-    """The on-call person: the README's Role in the test's namespace, bound to a ServiceAccount."""
+    """The on-call person: the runbook's Role in the test's namespace, bound to a ServiceAccount."""
 
     user: str
     kubeconfig: Path
@@ -112,7 +115,7 @@ class OnCall:
 
 @pytest.fixture
 def oncall(cp: ControlPlane, kube: Kube, ns: str, binaries: dict[str, Path], tmp_path: Path) -> OnCall:
-    role = readme_oncall_role()
+    role = runbook_oncall_role()
     role["metadata"]["namespace"] = ns
     kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", json=role)
     kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",

@@ -1,6 +1,7 @@
 """Every kubectl command the project prints outside ``explain`` and the lock page (whose commands
 test_runbook.py runs as printed) is run by the real kubectl against the real API server: the
-README's runbook and on-call sections (code blocks and inline code), the alert descriptions in
+runbook pages (docs/runbooks/*.md) and the README's on-call section (code blocks and inline code),
+the alert descriptions in
 alerts/, and the chart's NOTES.txt rendered by the Helm engine. Reads run against objects made
 for them; writes run with ``--dry-run=server`` (the server admits them, nothing changes); commands
 that never exit (``-w``, ``port-forward``) run for a few seconds. An unknown flag, a jsonpath kubectl
@@ -80,31 +81,45 @@ def logical_lines(text: str, first_line: int) -> list[tuple[int, str]]:
     return out
 
 
-def readme_commands() -> list[Printed]:
-    path = ROOT / "README.md"
-    text = path.read_text()
-    begin = text.index("## On-call: pages and commands")
-    end = text.index("## Performance at fleet scale")
+def doc_sections() -> list[tuple[str, int, str]]:
+    """(file, first line, text) of every place that prints commands for people: the README's
+    on-call section and every runbook page."""
+    readme = (ROOT / "README.md").read_text()
+    begin = readme.index("\n## On-call\n") + 1
+    end = readme.index("\n## ", begin + 1)
+    out = [("README.md", readme[:begin].count("\n") + 1, readme[begin:end])]
+    pages = sorted((ROOT / "docs" / "runbooks").glob("*.md"))
+    assert len(pages) >= 10, f"only {pages} in docs/runbooks"
+    out += [(f"docs/runbooks/{p.name}", 1, p.read_text()) for p in pages]
+    return out
+
+
+def doc_commands() -> list[Printed]:
     found: list[Printed] = []
-    offset_line = text[:begin].count("\n") + 1
-    section = text[begin:end]
+    for where, offset_line, section in doc_sections():
+        found += section_commands(where, offset_line, section)
+    return found
+
+
+def section_commands(where: str, offset_line: int, section: str) -> list[Printed]:
+    found: list[Printed] = []
     for m in re.finditer(r"```sh\n(.*?)```", section, re.S):
         line0 = offset_line + section[:m.start(1)].count("\n")
         block = m.group(1)
         if re.search(r"^\s*done$", block, re.M) and "kubectl " in block:
             # a loop: its body's variables come from the loop, so the block runs whole
-            found.append(Printed(f"README.md:{line0}", block))
+            found.append(Printed(f"{where}:{line0}", block))
             continue
         for n, cmd in logical_lines(block, line0):
             # a kubectl command, or a variable set from one (HID="$(kubectl ...)")
             if re.match(r"^(kubectl |\w+=\"\$\(kubectl )", cmd):
-                found.append(Printed(f"README.md:{n}", cmd))
+                found.append(Printed(f"{where}:{n}", cmd))
     prose = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), section, flags=re.S)
     for m in re.finditer(r"`(kubectl [^`]+)`", prose):
         n = offset_line + prose[:m.start()].count("\n")
         cmd = " ".join(m.group(1).split())
         if len(cmd.split()) > 2:  # "`kubectl patch`" names a command, it does not print one
-            found.append(Printed(f"README.md:{n}", cmd))
+            found.append(Printed(f"{where}:{n}", cmd))
     return found
 
 
@@ -163,7 +178,7 @@ def stand_ins(kube: Kube, ns: str, job: str) -> None:
     """What the printed commands read besides the lock: the object's Job; in captf-system the
     exporter's Deployments (chart and CAPTF's manager) and CAPTF's PrometheusRule captf-alerts
     (through a stand-in CRD: no prometheus-operator here), with CAPTFForceUnlocks at rules/4 as the
-    README's JSON patch tests for."""
+    runbooks' JSON patch (docs/runbooks/README.md) tests for."""
     kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", json={
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": job, "labels": {"captf.infrastructure.cluster.x-k8s.io/owner-name": "web"}},
@@ -222,7 +237,7 @@ def test_every_printed_kubectl_command_runs(cp: ControlPlane, kube: Kube, ns: st
                     "<pod>": holder_pod}
     labels = {"namespace": ns, "plan": "edge-7f3a9", "name": name, "kind": M, "holder": f"@{holder_pod}",
               "lock_id": hid, "cluster": ""}
-    printed = readme_commands() + alert_commands(labels) + notes_commands()
+    printed = doc_commands() + alert_commands(labels) + notes_commands()
     assert len(printed) >= 30, f"only {len(printed)} commands found: {printed}"
     failures, ran = [], 0
     for p in printed:

@@ -1,12 +1,12 @@
 """Locks taken by the real ``kubernetes`` backend of OpenTofu and Terraform, classified by the
 exporter, and released by the runbook's commands run as printed, with the real kubectl and tools,
-as the on-call identity of the README's "Before you begin" (never an admin).
+as the on-call identity of the runbook's "Before you begin" (never an admin).
 
 Per tool:
 - a runner: an apply in a UTS namespace named after a runner pod the test created (so ``Who`` is
   ``<user>@<pod>``): own_live while it runs; SIGKILL leaves the lock held; own_stale with the pod
   ``Failed`` (set through pods/status) and after the pod is deleted; released by the runbook's
-  manual force-unlock (the README's block) run with the *other* tool when both are built;
+  manual force-unlock (the runbook page's block) run with the *other* tool when both are built;
 - a workstation: foreign, overdue past lockTimeoutSeconds, released by the force-unlock ``explain``
   prints; and a clean exit, which releases the lock by itself;
 - a lock-info that does not parse: force-unlock fails as documented; the guarded patch is refused
@@ -167,23 +167,34 @@ def other_tool(tool: str) -> str:
     return others[0] if others else tool
 
 
-def readme_block_after(marker: str) -> str:
-    text = (ROOT / "README.md").read_text()
+RUNBOOKS = ROOT / "docs" / "runbooks"
+
+
+def runbook_pages() -> list[Path]:
+    """docs/runbooks/*.md, "Before you begin" first (its blocks are the ones every page builds on)."""
+    pages = sorted(RUNBOOKS.glob("*.md"), key=lambda p: (p.name != "before-you-begin.md", p.name))
+    assert len(pages) >= 10, f"only {pages} in {RUNBOOKS}"
+    return pages
+
+
+def runbook_block_after(page: str, marker: str) -> str:
+    text = (RUNBOOKS / page).read_text()
     m = re.search(r"```sh\n(.*?)```", text[text.index(marker):], re.S)
-    assert m, f"README: no sh block after {marker!r}"
+    assert m, f"docs/runbooks/{page}: no sh block after {marker!r}"
     return m.group(1).strip()
 
 
 #: the runbook's Confirm after a manual release (CAPTFStateLockForeignOverdue)
-README_CONFIRM = readme_block_after("Afterwards, check that `spec.holderIdentity` is empty")
+RUNBOOK_CONFIRM = runbook_block_after("CAPTFStateLockForeignOverdue.md",
+                                      "Afterwards, check that `spec.holderIdentity` is empty")
 
 
-def readme_block(containing: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
-        if containing in block:
-            return block
-    raise AssertionError(f"README: no sh block contains {containing!r}")
+def runbook_block(containing: str) -> str:
+    for page in runbook_pages():
+        for block in re.findall(r"```sh\n(.*?)```", page.read_text(), re.S):
+            if containing in block:
+                return block
+    raise AssertionError(f"docs/runbooks: no sh block contains {containing!r}")
 
 
 @pytest.fixture(params=TOOLS)
@@ -251,13 +262,13 @@ def test_runner_lock_live_stale_and_released(tool: str, ns: str, kube: Kube, onc
     assert wait_class(exp, ns, "own_stale")
 
     # released by the runbook's manual force-unlock (CAPTFStateLockStale, step 2 -> ForeignOverdue,
-    # step 2), run as printed in the README, with the other tool when both are built
+    # step 2), run as printed in the runbook, with the other tool when both are built
     releaser = other_tool(tool)
-    block = readme_block('"$TF" force-unlock -force "$HID"')
+    block = runbook_block('"$TF" force-unlock -force "$HID"')
     if releaser != "tofu":
         assert "TF=tofu   # or TF=terraform" in block
         block = block.replace("TF=tofu   #", f"TF={releaser}   #", 1)
-    hid = oncall.shell.run(readme_block('HID="$(kubectl').split("\n")[0] + '\necho "$HID"',
+    hid = oncall.shell.run(runbook_block('HID="$(kubectl').split("\n")[0] + '\necho "$HID"',
                            env={"NS": ns, "LEASE": lease_of(ns)}).stdout.strip()
     assert hid == info["ID"], hid
     env = {"NS": ns, "LEASE": lease_of(ns), "SUFFIX": state_suffix(ns, M, NAME), "HID": hid}
@@ -265,8 +276,8 @@ def test_runner_lock_live_stale_and_released(tool: str, ns: str, kube: Kube, onc
     done = time.monotonic()
     count(tool, "own_stale")
     assert r.returncode == 0 and "successfully unlocked" in r.stdout, f"{r.stdout}\n{r.stderr}"
-    wait_released(exp, ns, done, f"own_stale: README force-unlock with {releaser}", tool)
-    confirm = oncall.shell.run(README_CONFIRM, env=env)
+    wait_released(exp, ns, done, f"own_stale: runbook force-unlock with {releaser}", tool)
+    confirm = oncall.shell.run(RUNBOOK_CONFIRM, env=env)
     assert confirm.returncode == 0 and confirm.stdout.strip() == "", confirm
 
 
@@ -351,8 +362,8 @@ def test_unparseable_lock_info_guarded_patch(tool: str, ns: str, kube: Kube, onc
                     {"-o yaml": lambda o: f"holderIdentity: {hid}" in o, "jsonpath": lambda o: o.strip() == hid,
                      "explain": lambda o: "unknown lock" in o}, tool, "unknown")
 
-    # force-unlock cannot release it, with the right ID, as the README says: its block, as printed
-    block = readme_block('"$TF" force-unlock -force "$HID"').replace("TF=tofu   #", f"TF={tool}   #", 1)
+    # force-unlock cannot release it, with the right ID, as the runbook says: its block, as printed
+    block = runbook_block('"$TF" force-unlock -force "$HID"').replace("TF=tofu   #", f"TF={tool}   #", 1)
     env = {"NS": ns, "LEASE": lease_of(ns), "SUFFIX": state_suffix(ns, M, NAME), "HID": hid}
     r = oncall.shell.run("set -e\n" + block, env=env, timeout=300)
     count(tool, "unknown")

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from chart_common import (
     AUTH_RULES,
     CLUSTER_SCOPED,
@@ -323,7 +325,7 @@ def compare_dashboards(objs: list[dict[str, Any]], files: list[Path]) -> str:
 # --------------------------------------------------------------------------
 # Issue 18: high availability defaults and the PrometheusRule from values
 
-RUNBOOK_PREFIX = "https://github.com/captf-io/captf-lock-exporter/blob/main/README.md"
+RUNBOOK_PREFIX = "https://github.com/captf-io/captf-lock-exporter/blob/main/docs/runbooks"
 GRAFANA_PREFIX = "https://grafana.example/"
 JOB_MATCHER = 'job=~".*captf-lock-exporter.*"'
 
@@ -447,7 +449,8 @@ def check_rule_values(rendered_groups: list[Any], files: list[Path], merged: dic
         if pr["runbookBaseUrl"]:
             expect(RUNBOOK_PREFIX not in text, f"{name}: the project's runbook URL is left although runbookBaseUrl is set")
             if "runbook_url" in ann:
-                expect(ann["runbook_url"].startswith(pr["runbookBaseUrl"].rstrip("/") + "#"), f"{name}: runbook_url {ann['runbook_url']}")
+                want = f"{pr['runbookBaseUrl'].rstrip('/')}/{name}.md"
+                expect(ann["runbook_url"] == want, f"{name}: runbook_url {ann['runbook_url']}, want {want}")
         if "dashboard_url" in ann:
             expect(bool(pr["grafanaUrl"]) and ann["dashboard_url"].startswith(pr["grafanaUrl"].rstrip("/") + "/d/captf-state-lock-object/"),
                    f"{name}: dashboard_url {ann['dashboard_url']} does not open {pr['grafanaUrl']}'s object dashboard")
@@ -465,3 +468,32 @@ def check_rule_values(rendered_groups: list[Any], files: list[Path], merged: dic
     return (f"{len(rules)} rules; labels {sorted(pr['additionalRuleLabels'])}, disabled {pr['disabledRules']}, "
             f"{len(rendered_dash)} dashboard_url, runbook {'replaced' if pr['runbookBaseUrl'] else 'as in the file'}, "
             f"job selector {pr['jobSelector']}")
+
+
+#: docs/captf-rules.md: the marker before the inhibit_rules block the e2e test runs in Alertmanager.
+CAPTF_DOC_MARKER = "<!-- captf-inhibit-rules:"
+
+
+def check_captf_inhibit(objs: list[dict[str, Any]], merged: dict[str, Any], doc: Path) -> str:
+    """captfRules.inhibit: one AlertmanagerConfig whose inhibitRules are, matcher for matcher, the
+    inhibit_rules block of docs/captf-rules.md (tested in a real Alertmanager by
+    tests/e2e/test_captf_rules.py); none when off."""
+    found = by_kind(objs, "AlertmanagerConfig")
+    if not merged["captfRules"]["inhibit"]:
+        expect(not found, f"captfRules.inhibit is off but {len(found)} AlertmanagerConfig rendered")
+        return "no AlertmanagerConfig"
+    amc = one(objs, "AlertmanagerConfig")
+    expect(amc["apiVersion"] == "monitoring.coreos.com/v1alpha1", f"apiVersion {amc['apiVersion']}")
+    text = doc.read_text()
+    expect(CAPTF_DOC_MARKER in text, f"{doc} has no {CAPTF_DOC_MARKER} block")
+    block = re.search(r"```yaml\n(.*?)```", text[text.index(CAPTF_DOC_MARKER):], re.S)
+    expect(block is not None, f"no yaml block after the marker in {doc}")
+    want = yaml.safe_load(block.group(1))["inhibit_rules"]
+
+    def matchers(ms: list[dict[str, Any]]) -> list[str]:
+        return [f'{m["name"]}{m.get("matchType", "=")}"{m.get("value", "")}"' for m in ms]
+
+    got = [{"source_matchers": matchers(r["sourceMatch"]), "target_matchers": matchers(r["targetMatch"]),
+            "equal": r["equal"]} for r in amc["spec"]["inhibitRules"]]
+    expect(got == want, f"AlertmanagerConfig inhibitRules {got} != docs/captf-rules.md {want}")
+    return f"{len(got)} inhibit rules as in {doc.name}"

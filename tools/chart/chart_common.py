@@ -53,7 +53,7 @@ METRICS_URLS = ["/metrics"]
 PAGES_URLS = ["/", "/locks/*"]
 SA_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 TLS_DIR = "/etc/captf-lock-exporter/tls"
-CR_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CR_KINDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace"}
 UID = 65532
 
@@ -79,6 +79,7 @@ ALL_ON = {
         "metricRelabelings": [{"action": "drop", "sourceLabels": ["__name__"], "regex": "go_.*"}],
     },
     "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    "captfRules": {"inhibit": True, "labels": {"alertmanagerConfig": "captf"}},
     "metricsReader": {"serviceAccounts": [{"name": "prometheus-k8s", "namespace": "monitoring"},
                                           {"name": "kube-prometheus-stack-prometheus", "namespace": "monitoring"}]},
     "pagesReader": {"users": ["alice@example.com"], "groups": ["platform-oncall"],

@@ -57,6 +57,7 @@ from chart_common import (
 )
 from chart_checks import (
     check_availability,
+    check_captf_inhibit,
     check_dashboards_labels,
     check_ha_defaults,
     check_rule_values,
@@ -166,6 +167,8 @@ def main() -> int:
     for name, (objs, merged, chart_dir) in rendered.items():
         values = charts.values_for(name, VARIANTS.get(name, ALL_ON))[1]
         r.run(f"[{name}] names, namespaces, labels, no duplicates", lambda objs=objs: check_generic(objs))
+        r.run(f"[{name}] captfRules: the AlertmanagerConfig inhibits as docs/captf-rules.md says",
+              lambda objs=objs, merged=merged: check_captf_inhibit(objs, merged, ROOT / "docs" / "captf-rules.md"))
         r.run(f"[{name}] Deployment hardening, probes, args, Service/ServiceMonitor/NetworkPolicy wiring",
               lambda objs=objs, values=values, merged=merged: check_workload(objs, values, merged, chart_meta))
         r.run(f"[{name}] replicas, PodDisruptionBudget and topology spread from values",

@@ -15,6 +15,7 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { PrometheusRule } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule";
 import { ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor";
+import { AlertmanagerConfig } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1alpha1/AlertmanagerConfig";
 
 const require = createRequire(import.meta.url);
 const pkgDir = dirname(require.resolve("@kubernetes-models/prometheus-operator/package.json"));
@@ -51,6 +52,9 @@ function interfaceKeys(file, iface) {
 }
 
 const KEYS = {
+  amcSpec: interfaceKeys("../v1alpha1/AlertmanagerConfigSpec.d.ts", "IAlertmanagerConfigSpec"),
+  inhibitRule: interfaceKeys("../v1alpha1/InhibitRule.d.ts", "IInhibitRule"),
+  matcher: interfaceKeys("../v1alpha1/Matcher.d.ts", "IMatcher"),
   smSpec: interfaceKeys("ServiceMonitorSpec.d.ts", "IServiceMonitorSpec"),
   endpoint: interfaceKeys("Endpoint.d.ts", "IEndpoint"),
   tlsConfig: interfaceKeys("TLSConfig.d.ts", "ITLSConfig"),
@@ -86,6 +90,14 @@ function strict(obj) {
       unknownKeys(e.authorization, KEYS.authorization, `${at}.authorization`, bad);
       unknownKeys((e.authorization || {}).credentials, KEY_SELECTOR, `${at}.authorization.credentials`, bad);
     });
+  } else if (obj.kind === "AlertmanagerConfig") {
+    unknownKeys(spec, KEYS.amcSpec, "spec", bad);
+    (spec.inhibitRules || []).forEach((r, i) => {
+      unknownKeys(r, KEYS.inhibitRule, `spec.inhibitRules[${i}]`, bad);
+      for (const side of ["sourceMatch", "targetMatch"]) {
+        (r[side] || []).forEach((m, j) => unknownKeys(m, KEYS.matcher, `spec.inhibitRules[${i}].${side}[${j}]`, bad));
+      }
+    });
   } else if (obj.kind === "PrometheusRule") {
     unknownKeys(spec, KEYS.prSpec, "spec", bad);
     (spec.groups || []).forEach((g, i) => {
@@ -96,14 +108,15 @@ function strict(obj) {
   return bad;
 }
 
-const MODELS = { PrometheusRule, ServiceMonitor };
+const MODELS = { PrometheusRule, ServiceMonitor, AlertmanagerConfig };
+const API_VERSIONS = { AlertmanagerConfig: "monitoring.coreos.com/v1alpha1" };
 const items = JSON.parse(readFileSync(process.argv[2], "utf8"));
 let failed = 0;
 for (const { source, object } of items) {
   const label = `${source}: ${object.kind}/${object.metadata && object.metadata.name}`;
   const Model = MODELS[object.kind];
-  if (!Model || object.apiVersion !== "monitoring.coreos.com/v1") {
-    console.log(`FAIL ${label}: not a monitoring.coreos.com/v1 ServiceMonitor or PrometheusRule`);
+  if (!Model || object.apiVersion !== (API_VERSIONS[object.kind] || "monitoring.coreos.com/v1")) {
+    console.log(`FAIL ${label}: not a monitoring.coreos.com/v1 ServiceMonitor or PrometheusRule, or v1alpha1 AlertmanagerConfig`);
     failed++;
     continue;
   }

@@ -1,5 +1,5 @@
-//! The README's runbook and on-call commands, checked against what they
-//! must name: the resources the exporter watches (with their API groups,
+//! The runbook pages (`docs/runbooks/`) and the README's on-call commands,
+//! checked against what they must name: the resources the exporter watches (with their API groups,
 //! for `kubectl auth can-i`), the backend's unlock rules (holderIdentity,
 //! the backend block `init` needs, the guarded release of a lock-info that
 //! does not parse), and both installs (the Helm chart and the kustomize
@@ -14,29 +14,36 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The text of the README's `## <title>` section, up to the next `## `.
-fn section(readme: &str, title: &str) -> String {
+/// The text of the `## <title>` section of `text`, up to the next `## `.
+fn section(text: &str, title: &str) -> String {
     let head = format!("\n## {title}\n");
-    let start = readme
+    let start = text
         .find(&head)
-        .unwrap_or_else(|| panic!("README has no section {title:?}"));
-    let body = &readme[start + head.len()..];
+        .unwrap_or_else(|| panic!("no section {title:?}"));
+    let body = &text[start + head.len()..];
     body[..body.find("\n## ").unwrap_or(body.len())].to_string()
 }
 
-/// The `### <title>` subsection of `text`, up to the next `### `.
-fn subsection(text: &str, title: &str) -> String {
-    let head = format!("\n### {title}\n");
-    let start = text
-        .find(&head)
-        .unwrap_or_else(|| panic!("no subsection {title:?}"));
-    let body = &text[start + head.len()..];
-    body[..body.find("\n### ").unwrap_or(body.len())].to_string()
+/// The runbook page `docs/runbooks/<name>.md`.
+fn page(name: &str) -> String {
+    read(&format!("docs/runbooks/{name}.md"))
 }
 
-/// Every `### ` subsection of `text` (and the text before the first one).
-fn subsections(text: &str) -> Vec<String> {
-    text.split("\n### ").map(str::to_string).collect()
+/// Every runbook page, in name order.
+fn pages() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/runbooks");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 10, "only {names:?} in docs/runbooks");
+    names
+        .iter()
+        .map(|n| page(n.trim_end_matches(".md")))
+        .collect()
 }
 
 /// A resource as `kubectl auth can-i` must name it: `plural.group`, or the
@@ -93,10 +100,10 @@ fn sidecar() -> Sidecar {
 
 #[test]
 fn every_can_i_names_the_resource_with_its_api_group() {
-    let readme = read("README.md");
+    let text = pages().join("\n") + &read("README.md");
     let allowed: Vec<String> = Resource::ALL.into_iter().map(can_i_name).collect();
     let mut seen = 0;
-    for line in readme.lines().filter(|l| l.contains("auth can-i")) {
+    for line in text.lines().filter(|l| l.contains("auth can-i")) {
         let mut words = line
             .split("auth can-i")
             .nth(1)
@@ -112,7 +119,7 @@ fn every_can_i_names_the_resource_with_its_api_group() {
     }
     assert!(seen > 0, "the runbook checks RBAC with kubectl auth can-i");
     // The loop of CAPTFLockExporterWatchDown checks every watched resource.
-    let watch_down = subsection(&section(&readme, "Runbook"), "CAPTFLockExporterWatchDown");
+    let watch_down = page("CAPTFLockExporterWatchDown");
     for name in &allowed {
         assert!(
             watch_down.contains(&format!(" {name} ")) || watch_down.contains(&format!(" {name};")),
@@ -124,12 +131,7 @@ fn every_can_i_names_the_resource_with_its_api_group() {
 
 #[test]
 fn the_unknown_lock_path_uses_holder_identity_and_releases_malformed_lock_info() {
-    let runbook = section(&read("README.md"), "Runbook");
-    let read_the_lock = runbook
-        .split("#### Read the lock")
-        .nth(1)
-        .and_then(|s| s.split("\n#### ").next())
-        .unwrap_or_default();
+    let read_the_lock = section(&page("before-you-begin"), "Read the lock");
     assert!(
         read_the_lock.contains(
             r#"HID="$(kubectl -n "$NS" get lease "$LEASE" -o jsonpath='{.spec.holderIdentity}')""#
@@ -141,7 +143,7 @@ fn the_unknown_lock_path_uses_holder_identity_and_releases_malformed_lock_info()
             && read_the_lock.contains("If `$HID` is not the alert's `lock_id`"),
         "Read the lock says what a mismatch with the alert's lock_id means"
     );
-    let foreign = subsection(&runbook, "CAPTFStateLockForeignOverdue");
+    let foreign = page("CAPTFStateLockForeignOverdue");
     assert!(
         !foreign.contains("force-unlock <lock_id>"),
         "lock-info's ID does not unlock: Unlock compares spec.holderIdentity"
@@ -171,10 +173,7 @@ fn the_unknown_lock_path_uses_holder_identity_and_releases_malformed_lock_info()
 
 #[test]
 fn the_manual_force_unlock_shows_the_backend_block_init_needs() {
-    let foreign = subsection(
-        &section(&read("README.md"), "Runbook"),
-        "CAPTFStateLockForeignOverdue",
-    );
+    let foreign = page("CAPTFStateLockForeignOverdue");
     for want in [
         r#"'{"terraform": {"backend": {"kubernetes": {}}}}' > main.tf.json"#,
         r#""$TF" init -input=false"#,
@@ -198,13 +197,13 @@ fn the_manual_force_unlock_shows_the_backend_block_init_needs() {
 
 #[test]
 fn every_command_about_the_exporter_has_a_sidecar_variant() {
-    let readme = read("README.md");
     let sc = sidecar();
     assert_eq!(sc.deployment, "captf-controller-manager");
     let manager_pods =
         "-l control-plane=controller-manager,cluster.x-k8s.io/provider=infrastructure-terraform";
-    let mut text = section(&readme, "On-call: pages and commands");
-    text.push_str(&section(&readme, "Runbook"));
+    let mut units = pages();
+    units.push(section(&read("README.md"), "On-call"));
+    let text = units.join("\n");
     for placeholder in [
         "<exporter-pod>",
         "deploy/<exporter>",
@@ -217,7 +216,7 @@ fn every_command_about_the_exporter_has_a_sidecar_variant() {
     }
     let chart_pods = "-l app.kubernetes.io/name=captf-lock-exporter";
     let mut checked = 0;
-    for sub in subsections(&text) {
+    for sub in &units {
         let lines: Vec<&str> = sub.lines().collect();
         let has = |pred: &dyn Fn(&str) -> bool| lines.iter().any(|l| pred(l));
         if has(&|l| l.contains(" logs ") && l.contains(chart_pods)) {
@@ -274,10 +273,9 @@ fn every_command_about_the_exporter_has_a_sidecar_variant() {
 
 #[test]
 fn the_reconcile_nudge_is_an_exact_command() {
-    let runbook = section(&read("README.md"), "Runbook");
     let nudge = r#"kubectl -n "$NS" annotate "$KIND" "$NAME" captf-lock-exporter/reconcile-nudge="$(date +%s)" --overwrite"#;
     for alert in ["CAPTFStateLockStale", "CAPTFStateLockVerdictMismatch"] {
-        let sub = subsection(&runbook, alert);
+        let sub = page(alert);
         assert!(sub.contains(nudge), "{alert} lacks the nudge command");
         assert!(
             !sub.contains("editing an\n   annotation on the object")
@@ -285,7 +283,7 @@ fn the_reconcile_nudge_is_an_exact_command() {
             "{alert} still says only 'edit an annotation'"
         );
     }
-    assert!(subsection(&runbook, "CAPTFStateLockStale").contains("This is safe"));
+    assert!(page("CAPTFStateLockStale").contains("This is safe"));
 }
 
 /// "Before you begin" prints the on-call Role the realtools stage applies
@@ -295,8 +293,7 @@ fn the_reconcile_nudge_is_an_exact_command() {
 /// nothing.
 #[test]
 fn before_you_begin_prints_the_oncall_role() {
-    let runbook = section(&read("README.md"), "Runbook");
-    let begin = subsection(&runbook, "Before you begin");
+    let begin = page("before-you-begin");
     let start = begin
         .find("**What you need: the on-call Role.**")
         .expect("Before you begin names the on-call Role");
