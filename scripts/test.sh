@@ -45,6 +45,13 @@ stage_rust() {
   cargo test --locked || return 1
 }
 
+# The rule file and the dashboards are generated from the jsonnet mixin (mixin/); go-jsonnet is
+# built once into the version-keyed cache by tools/jsonnet/build.sh (seconds; needs Go).
+stage_mixin() {
+  log "mixin: alerts/ and dashboards/ are the jsonnet mixin's output (mixin/generate.sh --check)"
+  bash mixin/generate.sh --check || return 1
+}
+
 stage_alerts() {
   log "alert rules: promtool check + unit tests"
   bash alerts/check.sh || return 1
@@ -243,7 +250,7 @@ stage_soak() {
   ./scripts/soak.sh --smoke || return 1
 }
 
-ALL=(rust alerts dashboards chart integration e2e realkube realtools image e2e3 bench soak)
+ALL=(rust mixin alerts dashboards chart integration e2e realkube realtools image e2e3 bench soak)
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=("${ALL[@]}")
 

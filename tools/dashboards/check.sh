@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Validates dashboards/*.json. Exit status non-zero on any failure.
+# Validates dashboards/*.json (generated from the jsonnet mixin by mixin/generate.sh; its
+# --check, scripts/test.sh's mixin stage, keeps them equal). Exit status non-zero on any failure.
 #
 #   check.js       Grafana JSON Schema (generated from @grafana/schema now),
 #                  lint, PromQL parse (lezer-promql and promtool), metric and

@@ -1,0 +1,93 @@
+// Per panel type, the fields every panel of that type here shares; a panel adds its own.
+{
+  stat: {
+    fieldConfig: {
+      defaults: {
+        color: {},
+        thresholds: {
+          mode: 'absolute',
+        },
+      },
+    },
+    options: {
+      graphMode: 'none',
+      justifyMode: 'auto',
+      orientation: 'auto',
+      reduceOptions: {
+        calcs: ['lastNotNull'],
+        fields: '',
+        values: false,
+      },
+      showPercentChange: false,
+      wideLayout: true,
+    },
+  },
+  'state-timeline': {},
+  table: {
+    fieldConfig: {
+      defaults: {
+        custom: {
+          align: 'auto',
+          cellOptions: {
+            type: 'auto',
+          },
+          inspect: false,
+        },
+        mappings: [],
+        thresholds: {
+          mode: 'absolute',
+          steps: [
+            {
+              color: 'green',
+              value: null,
+            },
+          ],
+        },
+      },
+    },
+    options: {
+      cellHeight: 'sm',
+      showHeader: true,
+    },
+  },
+  timeseries: {
+    fieldConfig: {
+      defaults: {
+        color: {
+          mode: 'palette-classic',
+        },
+        custom: {
+          lineWidth: 1,
+          showPoints: 'never',
+          spanNulls: false,
+          stacking: {
+            group: 'A',
+          },
+          axisSoftMin: 0,
+        },
+        mappings: [],
+        thresholds: {
+          mode: 'absolute',
+          steps: [
+            {
+              color: 'green',
+              value: null,
+            },
+          ],
+        },
+      },
+    },
+    options: {
+      legend: {
+        calcs: [],
+        displayMode: 'list',
+        placement: 'bottom',
+        showLegend: true,
+      },
+      tooltip: {
+        mode: 'multi',
+        sort: 'desc',
+      },
+    },
+  },
+}
