@@ -269,15 +269,26 @@ fn alerts_and_urls(text: &str) -> (BTreeSet<String>, Vec<(String, String)>) {
             .strip_prefix("alert:")
             .or_else(|| line.strip_prefix("alertname:"))
         {
-            current = name.trim().to_string();
+            current = scalar(name);
             if line.starts_with("alert:") {
                 alerts.insert(current.clone());
             }
         } else if let Some(url) = line.strip_prefix("runbook_url:") {
-            urls.push((current.clone(), url.trim().to_string()));
+            urls.push((current.clone(), scalar(url)));
         }
     }
     (alerts, urls)
+}
+
+/// A plain or quoted one-line YAML scalar as its value: the mixin's
+/// generated rules quote every string, the alert unit tests do not.
+fn scalar(raw: &str) -> String {
+    let raw = raw.trim();
+    ['"', '\'']
+        .iter()
+        .find_map(|q| raw.strip_prefix(*q).and_then(|r| r.strip_suffix(*q)))
+        .unwrap_or(raw)
+        .to_string()
 }
 
 fn rule_files(dir: &str) -> Vec<PathBuf> {
