@@ -99,6 +99,7 @@ where
         synced: false,
         relist_by: None,
         beats: false,
+        long_line_logged: false,
     };
     let mut last_watch: Option<Instant> = None;
     loop {
@@ -234,6 +235,8 @@ pub(super) struct Progress {
     /// A watch of this scope has had a bookmark that was not the end of
     /// initial events: the server sends them, so a silence is a fault.
     pub(super) beats: bool,
+    /// A watch line too long to read has been logged for this scope.
+    pub(super) long_line_logged: bool,
 }
 
 /// The part of the loop a streaming watch-list resets when its initial
