@@ -91,6 +91,18 @@ struct Auth {
     served_after_switch: Mutex<Option<std::time::Instant>>,
 }
 
+/// A JSON answer of the test servers.
+fn json(
+    code: u16,
+    v: serde_json::Value,
+) -> http::Response<http_body_util::combinators::BoxBody<Bytes, Infallible>> {
+    http::Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(v.to_string())).boxed())
+        .unwrap()
+}
+
 async fn serve(
     req: http::Request<hyper::body::Incoming>,
     auth: Arc<Auth>,
@@ -101,13 +113,6 @@ async fn serve(
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let json = |code: u16, v: serde_json::Value| {
-        http::Response::builder()
-            .status(code)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(v.to_string())).boxed())
-            .unwrap()
-    };
     if got != want {
         auth.refused.fetch_add(1, Ordering::SeqCst);
         return Ok(json(401, status(401, "Unauthorized")));
@@ -285,13 +290,6 @@ impl HangingApi {
         &self,
         req: &http::Request<hyper::body::Incoming>,
     ) -> http::Response<http_body_util::combinators::BoxBody<Bytes, Infallible>> {
-        let json = |code: u16, v: serde_json::Value| {
-            http::Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(v.to_string())).boxed())
-                .unwrap()
-        };
         let query = req.uri().query().unwrap_or("");
         if query.contains("sendInitialEvents=true") {
             return json(422, status(422, "sendInitialEvents is forbidden"));
