@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use captf_lock_exporter::client;
+use captf_lock_exporter::index::Resource;
 use captf_lock_exporter::shared::Shared;
+use captf_lock_exporter::watch::{self, Timing};
+use futures::StreamExt;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use serde_json::json;
@@ -88,6 +91,18 @@ struct Auth {
     served_after_switch: Mutex<Option<std::time::Instant>>,
 }
 
+/// A JSON answer of the test servers.
+fn json(
+    code: u16,
+    v: serde_json::Value,
+) -> http::Response<http_body_util::combinators::BoxBody<Bytes, Infallible>> {
+    http::Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(v.to_string())).boxed())
+        .unwrap()
+}
+
 async fn serve(
     req: http::Request<hyper::body::Incoming>,
     auth: Arc<Auth>,
@@ -98,13 +113,6 @@ async fn serve(
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let json = |code: u16, v: serde_json::Value| {
-        http::Response::builder()
-            .status(code)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(v.to_string())).boxed())
-            .unwrap()
-    };
     if got != want {
         auth.refused.fetch_add(1, Ordering::SeqCst);
         return Ok(json(401, status(401, "Unauthorized")));
@@ -239,4 +247,213 @@ async fn a_rotated_token_file_is_used_at_once_and_trimmed() {
         "a 401 counts with its own reason:\n{text}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A Kubernetes API over HTTP/1.1 on 127.0.0.1 as a new user might write
+/// one: Leases listed and watched in JSON (a watch from a resourceVersion
+/// sends what changes from then on, or, with `replay`, first the changes
+/// after that version, as kube-apiserver's watch cache does), pods listed
+/// empty, watch-lists refused (422), everything else not served. It can
+/// hang: connections are accepted and nothing is answered; then come back
+/// for new connections only, the connections opened before staying silent.
+struct HangingApi {
+    leases: Mutex<Vec<serde_json::Value>>,
+    rv: AtomicUsize,
+    replay: bool,
+    /// Serial of the next connection accepted.
+    next_conn: AtomicUsize,
+    /// Connections with a serial below this are silent (usize::MAX: all).
+    silent_below: AtomicUsize,
+}
+
+impl HangingApi {
+    fn hang(&self) {
+        self.silent_below.store(usize::MAX, Ordering::SeqCst);
+    }
+
+    /// Answers again, on connections accepted from now on.
+    fn come_back(&self) {
+        let next = self.next_conn.load(Ordering::SeqCst);
+        self.silent_below.store(next, Ordering::SeqCst);
+    }
+
+    /// Replaces Lease `machine` (held by `who`, or free) at a new version.
+    fn set(&self, machine: &str, who: Option<&str>) {
+        let rv = self.rv.fetch_add(1, Ordering::SeqCst) as u32 + 1;
+        let new = lease(machine, who, rv);
+        let mut leases = self.leases.lock().unwrap();
+        leases.retain(|l| l["metadata"]["name"] != new["metadata"]["name"]);
+        leases.push(new);
+    }
+
+    fn answer(
+        &self,
+        req: &http::Request<hyper::body::Incoming>,
+    ) -> http::Response<http_body_util::combinators::BoxBody<Bytes, Infallible>> {
+        let query = req.uri().query().unwrap_or("");
+        if query.contains("sendInitialEvents=true") {
+            return json(422, status(422, "sendInitialEvents is forbidden"));
+        }
+        let rv = self.rv.load(Ordering::SeqCst) as u32;
+        let watch = query.contains("watch=true");
+        match (req.uri().path(), watch) {
+            (LEASES, false) => json(200, list(self.leases.lock().unwrap().clone(), rv)),
+            (PODS, false) => json(200, list(vec![], rv)),
+            (LEASES | PODS, true) => {
+                let from: u32 = query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("resourceVersion="))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(rv);
+                let replayed: Vec<Bytes> = if self.replay && req.uri().path() == LEASES {
+                    self.leases
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .filter(|l| {
+                            l["metadata"]["resourceVersion"]
+                                .as_str()
+                                .and_then(|v| v.parse::<u32>().ok())
+                                .is_some_and(|v| v > from)
+                        })
+                        .map(|l| {
+                            Bytes::from(format!("{}\n", json!({"type": "MODIFIED", "object": l})))
+                        })
+                        .collect()
+                } else {
+                    vec![]
+                };
+                // The replay, then open for ever with nothing more.
+                let body = futures::stream::iter(replayed)
+                    .map(|b| Ok::<_, Infallible>(Frame::data(b)))
+                    .chain(futures::stream::pending());
+                http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(BodyExt::boxed(StreamBody::new(body)))
+                    .unwrap()
+            }
+            _ => json(404, status(404, "NotFound")),
+        }
+    }
+}
+
+/// Serves `api` on a port of 127.0.0.1, HTTP/1.1 only.
+async fn serve_hanging(api: Arc<HangingApi>) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((sock, _)) = listener.accept().await else {
+                return;
+            };
+            let serial = api.next_conn.fetch_add(1, Ordering::SeqCst);
+            let api = api.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let api = api.clone();
+                    async move {
+                        if serial < api.silent_below.load(Ordering::SeqCst) {
+                            // Accepted, never answered.
+                            futures::future::pending::<()>().await;
+                        }
+                        Ok::<_, Infallible>(api.answer(&req))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(sock), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Whether `/metrics` shows Lease `name` held.
+fn held(text: &str, name: &str) -> bool {
+    text.lines()
+        .any(|l| l.starts_with("captf_state_lock_info{") && l.contains(&format!("name=\"{name}\"")))
+}
+
+/// The production limits, scaled down so that a hang longer than the
+/// silence limit and a recovery take seconds of real time.
+const SCALED: Timing = Timing {
+    request: Duration::from_secs(2),
+    silence: Duration::from_secs(4),
+    backoff_max: Duration::from_secs(2),
+    ..Timing::DEFAULT
+};
+
+/// Issue 33, defect 7: the hang of an HTTP/1.1 API server that comes back
+/// for new connections only, old ones silent. During the hang Lease a is
+/// released and b taken. `watch_up` must fall while nothing flows, and
+/// the truth must show soon after new connections are answered.
+async fn hang_over_http1_then_back(replay: bool) {
+    let api = Arc::new(HangingApi {
+        leases: Mutex::new(vec![]),
+        rv: AtomicUsize::new(1),
+        replay,
+        next_conn: AtomicUsize::new(0),
+        silent_below: AtomicUsize::new(0),
+    });
+    api.set("a", Some("alice@laptop"));
+    api.set("b", None);
+    let addr = serve_hanging(api.clone()).await;
+    let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+    let (shared, _rx) = Shared::new();
+    let tuning = client::Tuning {
+        connect_timeout: Duration::from_secs(1),
+        ..client::Tuning::DEFAULT
+    };
+    let kube = client::build(config, shared.api.clone(), tuning).expect("client");
+    watch::spawn_watches(
+        kube,
+        shared.clone(),
+        vec![None],
+        &[Resource::Leases, Resource::Pods],
+        SCALED,
+    );
+    wait_for(&shared, "first sync", 20, |t| {
+        has_lock(t, "a", "foreign") && !held(t, "b")
+    })
+    .await;
+
+    api.hang();
+    api.set("a", None);
+    api.set("b", Some("bob@desk"));
+    // Nothing flows: health says so within silence + request (+ slack).
+    let hung = std::time::Instant::now();
+    wait_for(&shared, "watch_up 0 during the hang", 15, |t| {
+        t.contains("captf_lock_exporter_watch_up{resource=\"leases\"} 0")
+    })
+    .await;
+    println!(
+        "watch_up 0 {:.1} s into the hang",
+        hung.elapsed().as_secs_f64()
+    );
+    // Hung past the silence limit, then back for new connections only.
+    tokio::time::sleep(SCALED.silence).await;
+    api.come_back();
+    let back = std::time::Instant::now();
+    let text = wait_for(&shared, "the truth after the hang", 20, |t| {
+        has_lock(t, "b", "foreign")
+            && !held(t, "a")
+            && t.contains("captf_lock_exporter_watch_up{resource=\"leases\"} 1")
+    })
+    .await;
+    println!(
+        "right {:.1} s after new connections were answered (replay {replay})",
+        back.elapsed().as_secs_f64()
+    );
+    assert!(!text.contains("holder=\"alice@laptop\""), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_hang_converges_on_a_server_that_replays_from_a_version() {
+    hang_over_http1_then_back(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_hang_converges_on_a_server_that_does_not_replay() {
+    hang_over_http1_then_back(false).await;
 }

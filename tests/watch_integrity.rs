@@ -63,6 +63,30 @@ fn undecodable_delete_of_b() -> serde_json::Value {
     json!({"type": "DELETED", "object": b})
 }
 
+/// The first list: Leases a and b held, at version 5.
+fn a_and_b_held() -> Reply {
+    Reply::Json(
+        200,
+        list(
+            vec![
+                lease("a", Some("alice@laptop"), 1),
+                lease("b", Some("bob@desk"), 2),
+            ],
+            5,
+        ),
+    )
+}
+
+/// The exporter on `api`, once it shows Leases a and b held.
+async fn synced_with_a_and_b(api: &FakeApi) -> Arc<Shared> {
+    let shared = start(api);
+    until(&shared, "first sync", Duration::from_secs(30), |t| {
+        shows_lock(t, "a") && shows_lock(t, "b")
+    })
+    .await;
+    shared
+}
+
 fn bookmark(rv: u32) -> serde_json::Value {
     json!({"type": "BOOKMARK", "object": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
         "metadata": {"resourceVersion": rv.to_string()}}})
@@ -71,16 +95,7 @@ fn bookmark(rv: u32) -> serde_json::Value {
 #[tokio::test(start_paused = true)]
 async fn an_undecodable_deleted_event_leads_to_a_relist_and_the_ghost_goes() {
     let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
-        (LEASES, false, 1) => Reply::Json(
-            200,
-            list(
-                vec![
-                    lease("a", Some("alice@laptop"), 1),
-                    lease("b", Some("bob@desk"), 2),
-                ],
-                5,
-            ),
-        ),
+        (LEASES, false, 1) => a_and_b_held(),
         // After the first list, b is gone: the truth a relist tells.
         (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 8)),
         // b's deletion arrives undecodable, then a bookmark moves the
@@ -92,11 +107,7 @@ async fn an_undecodable_deleted_event_leads_to_a_relist_and_the_ghost_goes() {
         (PODS, true, _) => Reply::Watch(vec![], true),
         _ => not_served(),
     });
-    let shared = start(&api);
-    until(&shared, "first sync", Duration::from_secs(30), |t| {
-        shows_lock(t, "a") && shows_lock(t, "b")
-    })
-    .await;
+    let shared = synced_with_a_and_b(&api).await;
     let lost = Instant::now();
     // The relist is due within one server timeout (60 s) of the lost event.
     let text = until(
@@ -123,16 +134,7 @@ async fn an_undecodable_deleted_event_leads_to_a_relist_and_the_ghost_goes() {
 #[tokio::test(start_paused = true)]
 async fn an_undecodable_event_on_a_watch_that_ends_relists_at_its_end() {
     let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
-        (LEASES, false, 1) => Reply::Json(
-            200,
-            list(
-                vec![
-                    lease("a", Some("alice@laptop"), 1),
-                    lease("b", Some("bob@desk"), 2),
-                ],
-                5,
-            ),
-        ),
+        (LEASES, false, 1) => a_and_b_held(),
         (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 8)),
         // The watch ends right after them (a server timeout, a proxy).
         (LEASES, true, 1) => Reply::Watch(vec![undecodable_delete_of_b(), bookmark(7)], false),
@@ -209,5 +211,58 @@ async fn a_watch_that_closes_at_once_is_paced_and_counted() {
         "every watch that closed at once is counted:\n{text}"
     );
     assert_eq!(api.calls(LEASES, false), 1, "resumed, never relisted");
+    api.assert_only_get();
+}
+
+/// Lease a taken again with a holderIdentity of 17 MiB: a watch line past
+/// the JSON reader's limit (16 MiB; no object etcd stores by default is
+/// that long), and a list item like any other.
+fn huge_a(rv: u32) -> serde_json::Value {
+    let mut a = lease("a", Some("alice@laptop"), rv);
+    a["spec"]["holderIdentity"] = json!("h".repeat(17 << 20));
+    a
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_line_too_long_to_read_is_skipped_and_counted_and_the_stream_goes_on() {
+    let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
+        (LEASES, false, 1) => a_and_b_held(),
+        // The relist reads a in the list (no line limit there), its
+        // holderIdentity cut as decoded.
+        (LEASES, false, _) => Reply::Json(200, list(vec![huge_a(6), lease("b", None, 7)], 8)),
+        (LEASES, true, 1) => Reply::Watch(
+            vec![
+                json!({"type": "MODIFIED", "object": huge_a(6)}),
+                json!({"type": "MODIFIED", "object": lease("b", None, 7)}),
+                bookmark(7),
+            ],
+            true,
+        ),
+        (LEASES, true, _) => Reply::Watch(vec![bookmark(8)], true),
+        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
+        (PODS, true, _) => Reply::Watch(vec![], true),
+        _ => not_served(),
+    });
+    let shared = synced_with_a_and_b(&api).await;
+    // The line after the long one is read: b's release shows.
+    let text = until(&shared, "b released", Duration::from_secs(10), |t| {
+        !shows_lock(t, "b")
+    })
+    .await;
+    assert_eq!(leases_errors(&text, "decode"), 1.0, "counted once:\n{text}");
+    assert!(
+        text.contains("captf_lock_exporter_watch_up{resource=\"leases\"} 1"),
+        "a long line does not take the watch down:\n{text}"
+    );
+    // A change was lost: one relist, within a minute, and no more after.
+    until(&shared, "the relist", Duration::from_secs(90), |_| {
+        api.calls(LEASES, false) == 2
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let text = scrape(&shared);
+    assert_eq!(api.calls(LEASES, false), 2, "one relist, no loop");
+    assert!(shows_lock(&text, "a"), "the relist read a:\n{text}");
+    assert_eq!(leases_errors(&text, "decode"), 1.0, "{text}");
     api.assert_only_get();
 }

@@ -94,7 +94,22 @@ pub const NUDGE_ANNOTATION: &str = "captf-lock-exporter/reconcile-nudge";
 /// a JSON patch whose `test` makes the API server refuse it unless
 /// `spec.holderIdentity` is still `holder_identity`, then the two removals
 /// `Unlock` makes.
+///
+/// A holderIdentity the exporter keeps cut (longer than
+/// [`crate::watch::trim::MAX_LOCK_ID_BYTES`]) cannot be printed whole:
+/// the patch is then built from the Lease by `jq`, and only when its
+/// holderIdentity still has the length and head the exporter saw.
 pub fn guarded_release(namespace: &str, lease: &str, holder_identity: &str) -> String {
+    if let Some((head, len)) = crate::watch::trim::cut_lock_id_parts(holder_identity) {
+        let build = r#"if (.spec.holderIdentity|utf8bytelength) == $n and (.spec.holderIdentity|startswith($head)) then [{op:"test",path:"/spec/holderIdentity",value:.spec.holderIdentity},{op:"remove",path:"/spec/holderIdentity"},{op:"remove",path:"/metadata/annotations/app.terraform.io~1lock-info"}] else error("spec.holderIdentity is no longer the one read") end"#;
+        return format!(
+            "kubectl get lease -n {ns} {lease} -o json | jq -ce --argjson n {len} --arg head {} {} > release-patch.json && kubectl patch lease -n {ns} {lease} --type=json --patch-file release-patch.json",
+            shq(crate::index::cap(head, 128)),
+            shq(build),
+            ns = shq(namespace),
+            lease = shq(lease),
+        );
+    }
     let patch = serde_json::json!([
         {"op": "test", "path": "/spec/holderIdentity", "value": holder_identity},
         {"op": "remove", "path": "/spec/holderIdentity"},

@@ -269,11 +269,18 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
     // The raw holderIdentity, quoted: the one value the backend compares.
     // `--` ends the flags (Go's flag package), so an ID that starts with
     // '-' is never read as one.
-    let hid = shq(&r.raw_holder_identity);
-    let id_note = if has_control(&r.raw_holder_identity) {
-        "     (the holderIdentity holds control, bidi or zero-width characters: written above as\n     $'...' with octal escapes, which bash, zsh, ksh and busybox sh read, dash does not)\n"
+    // A holderIdentity the exporter keeps cut is read whole from the Lease.
+    let cut = crate::watch::trim::cut_lock_id_parts(&r.raw_holder_identity);
+    let hid = match cut {
+        Some(_) => format!("\"$({})\"", r.commands.confirm),
+        None => shq(&r.raw_holder_identity),
+    };
+    let id_note = if let Some((_, len)) = cut {
+        format!("     (spec.holderIdentity is {len} bytes, shown cut above: the command reads it whole from the\n     Lease: {})\n", r.commands.confirm)
+    } else if has_control(&r.raw_holder_identity) {
+        "     (the holderIdentity holds control, bidi or zero-width characters: written above as\n     $'...' with octal escapes, which bash, zsh, ksh and busybox sh read, dash does not)\n".into()
     } else {
-        ""
+        String::new()
     };
     let _ = writeln!(
         out,

@@ -1,19 +1,25 @@
-//! A watch of a built-in kind asked for in protobuf, read in whatever the
-//! server answers: protobuf frames ([`super::proto`]) from kube-apiserver,
-//! JSON lines from anything that does not speak protobuf (the demo's
-//! in-process API, the test API, a proxy that rewrites bodies).
+//! A watch request, read in whatever the server answers: protobuf frames
+//! ([`super::proto`]) from kube-apiserver for a built-in kind with a
+//! protobuf reader, JSON lines from anything else (custom resources, a
+//! kind without a reader, the demo's in-process API, the test API, a
+//! proxy that rewrites bodies).
 //!
-//! kube-rs asks every watch for JSON; this request asks as client-go
-//! components do (`Accept: application/vnd.kubernetes.protobuf,
-//! application/json`), so the server's content negotiation picks, per
-//! request, and the answer's `Content-Type` says which it picked. Nothing
-//! is learned or remembered: each watch reads its own answer.
+//! kube-rs asks every watch for JSON and reads its lines whatever their
+//! length; this request asks as client-go components do (`Accept:
+//! application/vnd.kubernetes.protobuf, application/json` where the kind
+//! has a reader, `application/json` otherwise), so the server's content
+//! negotiation picks, per request, and the answer's `Content-Type` says
+//! which it picked. Nothing is learned or remembered: each watch reads its
+//! own answer. Both readers are bounded: a frame past [`MAX_FRAME`]
+//! breaks the stream, a line past [`MAX_LINE`] is skipped.
 //!
 //! Errors keep kube's shapes, so the watch loop cannot tell the two paths
 //! apart: a refused request is [`kube::Error::Api`] with the server's
 //! `Status` (protobuf or JSON), a frame that cannot be read is a
 //! [`kube::Error::SerdeError`] (counted as `decode`, skipped, the scope
-//! relisted), a broken body is [`kube::Error::ReadEvents`], and the end of
+//! relisted), a line too long to read is
+//! [`kube::Error::LinesCodecMaxLineLengthExceeded`] (skipped, the stream
+//! goes on), a broken body is [`kube::Error::ReadEvents`], and the end of
 //! the body, clean or cut short, ends the stream.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +31,7 @@ use http_body_util::BodyExt;
 use kube::api::{Api, WatchEvent, WatchParams};
 use kube::core::Status;
 use serde::de::DeserializeOwned;
-use tokio_util::codec::{FramedRead, LengthDelimitedCodec, LinesCodec, LinesCodecError};
+use tokio_util::codec::{Decoder, FramedRead, LengthDelimitedCodec, LinesCodec, LinesCodecError};
 use tokio_util::io::StreamReader;
 
 use super::follow::Events;
@@ -43,6 +49,13 @@ const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 /// the exporter allocate gigabytes. A longer one breaks the stream (the
 /// watch restarts), it is never buffered.
 const MAX_FRAME: usize = 64 << 20;
+
+/// The longest JSON watch line read. kube-apiserver's JSON escapes `<`,
+/// `>`, `&` and control characters as six bytes, so an object at etcd's
+/// default limit (1.5 MiB) takes at most 9 MiB as a line; past this, a
+/// line is not read (it is skipped to its end, never buffered whole) and
+/// the watch goes on with the next one.
+pub(super) const MAX_LINE: usize = 16 << 20;
 
 /// The most of an error answer's body read to find its `Status`.
 const MAX_ERROR_BODY: usize = 1 << 20;
@@ -74,14 +87,14 @@ impl Wire {
     }
 }
 
-/// Opens a watch of `api` asking for protobuf, decoding each object with
-/// `kind`. Resolves when the server has answered the request (its
-/// headers), like [`Api::watch`].
-pub(super) async fn watch_protobuf<K>(
+/// Opens a watch of `api`: asking for protobuf, decoded with `kind`, when
+/// there is one, else for JSON. Resolves when the server has answered the
+/// request (its headers), like [`Api::watch`].
+pub(super) async fn open_watch<K>(
     api: &Api<K>,
     params: &WatchParams,
     rv: &str,
-    kind: &'static ProtoKind<K>,
+    kind: Option<&'static ProtoKind<K>>,
 ) -> Result<Events<K>, kube::Error>
 where
     K: kube::Resource + Clone + DeserializeOwned + Send + 'static,
@@ -90,7 +103,12 @@ where
         .watch(params, rv)
         .map_err(kube::Error::BuildRequest)?;
     let headers = req.headers_mut();
-    headers.insert(ACCEPT, HeaderValue::from_static(ACCEPT_PROTOBUF));
+    let accept = if kind.is_some() {
+        ACCEPT_PROTOBUF
+    } else {
+        "application/json"
+    };
+    headers.insert(ACCEPT, HeaderValue::from_static(accept));
     // As kube-rs does for watches: a gzipped stream is one member per
     // event, which its decompression layer does not read.
     headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
@@ -112,10 +130,9 @@ where
     }
     let body = res.into_body().into_data_stream().map_err(body_error);
     let reader = StreamReader::new(body);
-    Ok(if protobuf {
-        proto_frames(reader, kind).boxed()
-    } else {
-        json_lines(reader).boxed()
+    Ok(match kind.filter(|_| protobuf) {
+        Some(kind) => proto_frames(reader, kind).boxed(),
+        None => json_lines(reader, MAX_LINE).boxed(),
     })
 }
 
@@ -198,19 +215,58 @@ where
         .filter_map(std::future::ready)
 }
 
+/// A watch line, or the news that one was too long to read.
+enum Line {
+    Text(String),
+    TooLong,
+}
+
+/// `LinesCodec` with a length limit that skips a line past it instead of
+/// failing the stream: the codec reports such a line once and then drops
+/// its bytes up to the next newline, and this turns that report into a
+/// [`Line::TooLong`] item (a codec error would end the `FramedRead`).
+struct CappedLines(LinesCodec);
+
+impl CappedLines {
+    fn line(r: Result<Option<String>, LinesCodecError>) -> Result<Option<Line>, LinesCodecError> {
+        match r {
+            Ok(line) => Ok(line.map(Line::Text)),
+            Err(LinesCodecError::MaxLineLengthExceeded) => Ok(Some(Line::TooLong)),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Decoder for CappedLines {
+    type Item = Line;
+    type Error = LinesCodecError;
+
+    fn decode(&mut self, buf: &mut bytes::BytesMut) -> Result<Option<Line>, LinesCodecError> {
+        Self::line(self.0.decode(buf))
+    }
+
+    fn decode_eof(&mut self, buf: &mut bytes::BytesMut) -> Result<Option<Line>, LinesCodecError> {
+        Self::line(self.0.decode_eof(buf))
+    }
+}
+
 /// JSON lines, decoded as kube-rs decodes a watch: a line that is not an
 /// event but a `Status` is that error; an incomplete last line (the body
-/// cut short) is dropped.
+/// cut short) is dropped. A line longer than `max` is
+/// [`kube::Error::LinesCodecMaxLineLengthExceeded`], and the lines after
+/// it are read.
 fn json_lines<K, R>(
     reader: R,
+    max: usize,
 ) -> impl Stream<Item = Result<WatchEvent<K>, kube::Error>> + Send + 'static
 where
     K: DeserializeOwned + Send + 'static,
     R: tokio::io::AsyncRead + Send + 'static,
 {
-    let events = FramedRead::new(reader, LinesCodec::new())
+    let codec = CappedLines(LinesCodec::new_with_max_length(max));
+    let events = FramedRead::new(reader, codec)
         .map(|line| match line {
-            Ok(line) => Ok(match serde_json::from_str::<WatchEvent<K>>(&line) {
+            Ok(Line::Text(line)) => Ok(match serde_json::from_str::<WatchEvent<K>>(&line) {
                 Ok(event) => Some(Ok(event)),
                 Err(e) if e.is_eof() => None,
                 Err(e) => Some(match serde_json::from_str::<Status>(&line) {
@@ -218,11 +274,10 @@ where
                     Err(_) => Err(kube::Error::SerdeError(e)),
                 }),
             }),
+            Ok(Line::TooLong) => Ok(Some(Err(kube::Error::LinesCodecMaxLineLengthExceeded))),
             Err(LinesCodecError::Io(io)) => Err(io),
-            Err(LinesCodecError::MaxLineLengthExceeded) => Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "watch line too long",
-            )),
+            // Reported as `Line::TooLong` by the codec above.
+            Err(LinesCodecError::MaxLineLengthExceeded) => Ok(None),
         })
         .filter_map(|item| std::future::ready(item.transpose()));
     ended_quietly(events)

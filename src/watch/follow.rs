@@ -25,7 +25,7 @@ use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use super::encoding::watch_protobuf;
+use super::encoding::open_watch;
 use super::list_watch::{Initial, Progress, Selectors, WatchEnd};
 use super::proto::Protobuf;
 use super::request::{bounded, Failed};
@@ -99,12 +99,8 @@ where
     if let Some(f) = selectors.fields {
         params = params.fields(f);
     }
-    match K::PROTOBUF.filter(|_| protobuf) {
-        Some(kind) => bounded(timing.request, watch_protobuf(api, &params, rv, kind)).await,
-        None => Ok(bounded(timing.request, api.watch(&params, rv))
-            .await?
-            .boxed()),
-    }
+    let kind = K::PROTOBUF.filter(|_| protobuf);
+    bounded(timing.request, open_watch(api, &params, rv, kind)).await
 }
 
 /// True for an error of one watch line that is not the stream's: the
@@ -288,6 +284,32 @@ where
                 };
                 let resume = if initial.is_some() { None } else { Some(rv) };
                 return WatchEnd::Failed(f, resume);
+            }
+            // A line too long to read: its object is not known, and a
+            // relist would meet it again. Counted (`decode`), logged once
+            // per scope, skipped; the rest of the stream is read. A change
+            // (not an initial event) marks the scope for a relist as an
+            // undecodable one does: what it lost may be a deletion, which
+            // the relist repairs; the relist's own too-long lines do not
+            // mark it again.
+            Err(kube::Error::LinesCodecMaxLineLengthExceeded) => {
+                let resource = sink.ingest.resource();
+                sink.shared
+                    .health
+                    .count_error(resource, ErrorReason::Decode);
+                if initial.is_none() {
+                    progress
+                        .relist_by
+                        .get_or_insert_with(|| Instant::now() + timing.relist_within);
+                }
+                if !std::mem::replace(&mut progress.long_line_logged, true) {
+                    tracing::warn!(
+                        resource = resource.as_str(),
+                        scope = sink.ingest.namespace(),
+                        max_bytes = super::encoding::MAX_LINE,
+                        "a watch line too long to read was skipped (its object is not shown); counted as a decode error, logged once per scope"
+                    );
+                }
             }
             // One undecodable line loses one change, not the stream: count
             // it, go on, and mark the scope for a relist, the one thing

@@ -20,7 +20,9 @@
 //!   bookmarks or no ping watches the connection (HTTP/1.1), else past its
 //!   timeout (the restart's own request is what tells a hung server from a
 //!   dead connection);
-//! - every failure counts and backs off (capped, with jitter); a 410 relists;
+//! - every failure counts and backs off (capped, with jitter); what follows
+//!   it is a whole state unless the failure leaves the watch's version
+//!   good (a 429, a broken stream: `resumes_after`);
 //! - an event that cannot be decoded is counted (`decode`) and marks the
 //!   scope for a relist: the change it carried is lost, and with bookmarks
 //!   a watch can resume for ever without listing again, so nothing else
@@ -99,6 +101,7 @@ where
         synced: false,
         relist_by: None,
         beats: false,
+        long_line_logged: false,
     };
     let mut last_watch: Option<Instant> = None;
     loop {
@@ -183,7 +186,7 @@ where
             Err(Failed::Api(err)) if !progress.synced && give_up(&err) => return Exit::GaveUp(err),
             Err(f) => {
                 sink.failure(f.reason(), "watch", &f);
-                if !streaming && f.reason() != ErrorReason::Gone {
+                if !streaming && resumes_after(&f, false) {
                     version = Some(rv);
                 }
                 pause(shared, &mut backoff, f.reason(), attempt.elapsed()).await;
@@ -215,12 +218,34 @@ where
             }
             WatchEnd::Failed(f, resume) => {
                 sink.failure(f.reason(), "watch", &f);
-                if f.reason() != ErrorReason::Gone {
+                if resumes_after(&f, true) {
                     version = resume;
                 }
                 pause(shared, &mut backoff, f.reason(), attempt.elapsed()).await;
             }
         }
+    }
+}
+
+/// Whether the next watch may start from the last version after the
+/// failure `f` of a watch start (`opened` false) or of an open watch,
+/// rather than from a whole new state. As client-go's reflector does: a
+/// watch start that failed resumes only after a 429 (the server answered
+/// and asked to wait); an open watch resumes after a 429, a broken stream
+/// (client-go takes a reset or a cut body for the watch's end) and a
+/// watch the server closed at once (relisting once a second for a proxy
+/// that closes every watch would be a list a second). After any other
+/// failure (no answer in time, no connection, a 5xx, a refusal, an ERROR
+/// event) what happened meanwhile is read whole: a watch from a version
+/// is only as good as the server's memory of the changes since it, and a
+/// server that hung, restarted or failed over may have none (issue 33: an
+/// HTTP/1.1 server that came back never sent the changes made while it
+/// hung).
+fn resumes_after(f: &Failed, opened: bool) -> bool {
+    match f.reason() {
+        ErrorReason::Throttled => true,
+        ErrorReason::Transport => opened,
+        _ => false,
     }
 }
 
@@ -234,6 +259,8 @@ pub(super) struct Progress {
     /// A watch of this scope has had a bookmark that was not the end of
     /// initial events: the server sends them, so a silence is a fault.
     pub(super) beats: bool,
+    /// A watch line too long to read has been logged for this scope.
+    pub(super) long_line_logged: bool,
 }
 
 /// The part of the loop a streaming watch-list resets when its initial

@@ -279,7 +279,8 @@ pub fn lease(raw: &[u8]) -> Result<LeaseObject, ProtoError> {
                 let mut s = LeaseSpec::default();
                 for f in fields(v.bytes("spec")?) {
                     if let (1, v) = f? {
-                        s.holder_identity = v.string("spec.holderIdentity")?.to_owned();
+                        s.holder_identity =
+                            crate::watch::trim::keep_lock_id(v.string("spec.holderIdentity")?);
                     }
                 }
                 spec = Some(s);

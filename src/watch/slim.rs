@@ -71,9 +71,16 @@ macro_rules! slim_resource {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaseSpec {
-    /// The lock ID while held.
-    #[serde(default, deserialize_with = "lenient_string")]
+    /// The lock ID while held, cut past
+    /// [`crate::watch::trim::MAX_LOCK_ID_BYTES`] as it is decoded.
+    #[serde(default, deserialize_with = "lenient_lock_id")]
     pub holder_identity: String,
+}
+
+/// A lock ID as [`crate::watch::trim::keep_lock_id`] keeps it; anything
+/// but a string reads as empty.
+fn lenient_lock_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    lenient_string(d).map(|id| crate::watch::trim::keep_lock_id(&id))
 }
 
 /// A Lease.

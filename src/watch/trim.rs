@@ -2,6 +2,7 @@
 //! keeps of each, and which objects it keeps at all.
 
 use kube::ResourceExt;
+use sha2::{Digest, Sha256};
 
 use crate::core::jobname::is_job_of;
 use crate::core::kind::Kind;
@@ -39,6 +40,65 @@ pub const OWNER_NAME_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-
 /// CAPI's cluster-name label.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
+/// Longest lock ID (`spec.holderIdentity`, lock-info `ID`) kept as
+/// written. The backends write a UUID (36 bytes) into both; the Lease's
+/// writer can put up to the object's limit (1.5 MiB) into holderIdentity
+/// and the annotations' (256 KiB) into the ID, kept per Lease for as long
+/// as it exists. A longer ID is kept cut ([`keep_lock_id`]).
+pub const MAX_LOCK_ID_BYTES: usize = 1024;
+
+/// What is kept of a lock ID: the ID itself up to [`MAX_LOCK_ID_BYTES`],
+/// else its head (up to that many bytes), `…` and its length and sha256.
+///
+/// Nothing a verdict reads changes: a cut ID is as non-empty as the whole
+/// one (held), two IDs are equal exactly when what is kept of them is
+/// (the length and hash tell IDs with one head apart, so a new lock is
+/// still a new lock), the `lock_id` label is the first 128 bytes (the
+/// head's), and a cut ID is longer than any ID kept whole, so no ID
+/// written as such can pass for it. Only the commands need the whole ID:
+/// they read it from the Lease ([`lock_id_cut`]).
+pub fn keep_lock_id(id: &str) -> String {
+    if id.len() <= MAX_LOCK_ID_BYTES {
+        return id.to_owned();
+    }
+    let head = crate::index::cap(id, MAX_LOCK_ID_BYTES);
+    let digest = hex::encode(Sha256::digest(id.as_bytes()));
+    format!("{head}…[cut: {} bytes, sha256 {digest}]", id.len())
+}
+
+/// Whether a kept lock ID is a cut one ([`keep_lock_id`]): the commands
+/// then read the whole ID from the Lease instead of printing it.
+pub fn lock_id_cut(kept: &str) -> bool {
+    kept.len() > MAX_LOCK_ID_BYTES
+}
+
+/// Longest name an object can have (a DNS-1123 subdomain), and so the
+/// most of a reference to one (a plan's target, a Cluster's
+/// infrastructureRef: written by whoever may write the object) that can
+/// match anything.
+const MAX_NAME_BYTES: usize = 253;
+
+/// A name, kind or group read from a reference, as kept: as written up to
+/// [`MAX_NAME_BYTES`], else its head and `…`, which no name, kind or
+/// group holds, so a cut reference still matches nothing.
+fn keep_name(s: &str) -> String {
+    if s.len() <= MAX_NAME_BYTES {
+        return s.to_owned();
+    }
+    format!("{}…", crate::index::cap(s, MAX_NAME_BYTES - 3))
+}
+
+/// The head and whole length (bytes) of a cut lock ID
+/// ([`keep_lock_id`]); None for an ID kept whole.
+pub fn cut_lock_id_parts(kept: &str) -> Option<(&str, usize)> {
+    if !lock_id_cut(kept) {
+        return None;
+    }
+    let (head, rest) = kept.rsplit_once("…[cut: ")?;
+    let len = rest.split_once(' ')?.0.parse().ok()?;
+    Some((head, len))
+}
+
 fn key_of(meta: &kube::core::ObjectMeta) -> ObjectKey {
     ObjectKey::new(
         meta.namespace.clone().unwrap_or_default(),
@@ -55,13 +115,20 @@ pub fn lease(obj: &LeaseObject) -> Trimmed<ObjectKey, LockLease> {
     let suffix = suffix_of_lock_lease(&key.name).map(str::to_owned);
     let entry = match (is_lock, suffix) {
         (true, Some(suffix)) => {
+            // Cut as decoded (`slim`, `proto`): a list page holds the
+            // objects it decoded, not 500 whole holderIdentities.
             let holder = obj
                 .spec
                 .as_ref()
                 .map(|s| s.holder_identity.clone())
                 .unwrap_or_default();
             let info = match obj.annotations().get(LOCK_INFO_ANNOTATION) {
-                Some(raw) if !raw.is_empty() => parse_lock_info(raw).map(Some),
+                Some(raw) if !raw.is_empty() => parse_lock_info(raw).map(|info| {
+                    Some(crate::core::lockinfo::LockInfo {
+                        id: keep_lock_id(&info.id),
+                        ..info
+                    })
+                }),
                 _ => Ok(None),
             };
             Some(LockLease::new(
@@ -150,7 +217,7 @@ pub fn terraform_plan(obj: &TerraformPlanObject) -> Trimmed<ObjectKey, PlanEntry
     let entry = match (target_kind, target) {
         (Some(target_kind), Some(t)) if !t.name.is_empty() => Some(PlanEntry {
             target_kind,
-            target_name: t.name.clone(),
+            target_name: keep_name(&t.name),
             pending: phase == "Pending",
         }),
         _ => None,
@@ -166,13 +233,14 @@ pub fn capi_cluster(obj: &CapiClusterObject) -> Trimmed<ObjectKey, CapiCluster> 
         .as_ref()
         .and_then(|s| s.infrastructure_ref.clone())
         .unwrap_or_default();
+    let (kind, name) = (keep_name(&r.kind), keep_name(&r.name));
     let infra_ref = match r.api_group {
         Some(group) => InfraRef {
-            api_group: group,
-            kind: r.kind,
-            name: r.name,
+            api_group: keep_name(&group),
+            kind,
+            name,
         },
-        None => InfraRef::from_api_version(&r.api_version, &r.kind, &r.name),
+        None => InfraRef::from_api_version(&keep_name(&r.api_version), &kind, &name),
     };
     (key, Some(CapiCluster { infra_ref }))
 }
@@ -305,6 +373,93 @@ mod tests {
             let v = json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"targetRef": target}, "status": {"phase": "Pending"}});
             assert_eq!(plan(v), None);
         }
+    }
+
+    /// A lock Lease as a tenant who may create Leases can write it: a
+    /// holderIdentity and a lock-info ID of any size.
+    fn hostile_lease(holder: &str, id: &str) -> LeaseObject {
+        let info = json!({"ID": id, "Operation": "OperationTypeApply", "Who": "eve@laptop",
+            "Version": "1.9.0", "Created": "2026-09-26T15:53:38Z"});
+        serde_json::from_value(json!({
+            "metadata": {"name": "lock-tfstate-default-48db616173c97a97-m", "namespace": "ns",
+                "labels": {"tfstate": "true"},
+                "annotations": {LOCK_INFO_ANNOTATION: info.to_string()}},
+            "spec": {"holderIdentity": holder},
+        }))
+        .expect("decodes")
+    }
+
+    #[test]
+    fn a_huge_holder_identity_and_lock_id_are_kept_bounded_and_still_told_apart() {
+        let holder = "h".repeat(1_500_000);
+        let id = "i".repeat(256 << 10);
+        let obj = hostile_lease(&holder, &id);
+        let kept_holder = obj.spec.as_ref().map_or(0, |s| s.holder_identity.len());
+        assert!(
+            kept_holder <= MAX_LOCK_ID_BYTES + 128,
+            "the decoded Lease keeps {kept_holder} bytes of holderIdentity"
+        );
+        let lock = lease(&obj).1.expect("a lock Lease");
+        let kept_id = lock.info.as_ref().map_or(0, |i| i.id.len());
+        assert!(
+            lock.holder_identity.len() <= MAX_LOCK_ID_BYTES + 128
+                && kept_id <= MAX_LOCK_ID_BYTES + 128,
+            "kept {} bytes of holderIdentity and {kept_id} of the ID",
+            lock.holder_identity.len()
+        );
+        // What the verdicts read is what it was.
+        assert!(lock.is_held());
+        assert!(lock_id_cut(lock.lock_id()) && lock_id_cut(&lock.holder_identity));
+        assert_eq!(lock.lock_id_label(), &id[..crate::index::MAX_LABEL_BYTES]);
+        assert!(lock.lock_id().contains(&format!("{} bytes", 256 << 10)));
+        // Two IDs that differ in their last byte are two locks.
+        let mut other = id.clone();
+        other.pop();
+        other.push('j');
+        let next = lease(&hostile_lease(&holder, &other))
+            .1
+            .expect("a lock Lease");
+        assert_ne!(next.lock_id(), lock.lock_id());
+        let (head, len) = cut_lock_id_parts(lock.lock_id()).expect("cut");
+        assert_eq!((head, len), (&id[..MAX_LOCK_ID_BYTES], 256 << 10));
+        assert_eq!(cut_lock_id_parts("id-a"), None);
+        let again = lease(&hostile_lease(&holder, &id)).1.expect("a lock Lease");
+        assert_eq!(again.lock_id(), lock.lock_id());
+    }
+
+    #[test]
+    fn an_id_up_to_the_limit_is_kept_as_written_and_a_cut_one_passes_for_none() {
+        let whole = "x".repeat(MAX_LOCK_ID_BYTES);
+        assert_eq!(keep_lock_id(&whole), whole);
+        assert!(!lock_id_cut(&whole));
+        // A multi-byte character across the limit: the head ends before it.
+        let across = format!("{}é{}", "x".repeat(MAX_LOCK_ID_BYTES - 1), "y".repeat(10));
+        let kept = keep_lock_id(&across);
+        assert!(kept.starts_with(&"x".repeat(MAX_LOCK_ID_BYTES - 1)) && lock_id_cut(&kept));
+        // Written as an ID, the cut form is cut in turn: never equal.
+        assert_ne!(keep_lock_id(&kept), kept);
+    }
+
+    #[test]
+    fn a_reference_past_any_name_is_kept_short_and_matches_nothing() {
+        let long = format!("{}é{}", "a".repeat(251), "b".repeat(100_000));
+        let p = plan(json!({"metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"targetRef": {"kind": "TerraformCluster", "name": long}}}))
+        .expect("kept");
+        assert!(p.target_name.len() <= MAX_NAME_BYTES && p.target_name.ends_with('…'));
+        assert!(!is_dns1123_subdomain(&p.target_name));
+        let obj: CapiClusterObject = serde_json::from_value(json!({
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {"infrastructureRef": {"apiGroup": long, "kind": long, "name": long}}}))
+        .expect("decodes");
+        let r = capi_cluster(&obj).1.expect("kept").infra_ref;
+        for kept in [&r.api_group, &r.kind, &r.name] {
+            assert!(
+                kept.len() <= MAX_NAME_BYTES && kept.ends_with('…'),
+                "{kept}"
+            );
+        }
+        assert_eq!(keep_name("web"), "web");
     }
 
     #[test]

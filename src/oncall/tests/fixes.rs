@@ -182,3 +182,40 @@ fn a_refused_guarded_patch_is_explained() {
         "the page says it too"
     );
 }
+
+#[test]
+fn a_cut_holder_identity_is_read_whole_from_the_lease_by_every_command() {
+    let now = SystemTime::now();
+    let whole = "h".repeat(1_500_000);
+    let kept = crate::watch::trim::keep_lock_id(&whole);
+    let confirm =
+        format!("kubectl get lease -n team-a {LEASE} -o jsonpath='{{.spec.holderIdentity}}'");
+    // Foreign, lock-info parses: force-unlock reads the ID from the Lease.
+    let mut f = facts(HolderClass::Foreign, Some("alice@laptop"), 400, None, now);
+    f.lease.holder_identity = kept.clone();
+    let mut out = String::new();
+    fix_text(&LockReport::build(&f, now), None, &mut out);
+    assert!(
+        out.contains(&format!("force-unlock -force -- \"$({confirm})\""))
+            && out.contains("spec.holderIdentity is 1500000 bytes, shown cut")
+            && !out.contains(&"h".repeat(2000)),
+        "{out}"
+    );
+    // lock-info does not parse: the guarded release is built from the
+    // Lease, only while its holderIdentity has the length and head seen.
+    let mut f = malformed_facts(now);
+    f.lease.holder_identity = kept;
+    let release = LockReport::build(&f, now)
+        .commands
+        .release
+        .expect("a release");
+    assert!(
+        release.starts_with(&format!(
+            "kubectl get lease -n team-a {LEASE} -o json | jq -ce --argjson n 1500000 --arg head {} ",
+            "h".repeat(128)
+        )) && release.ends_with(&format!(
+            "kubectl patch lease -n team-a {LEASE} --type=json --patch-file release-patch.json"
+        )),
+        "{release}"
+    );
+}

@@ -122,7 +122,7 @@ async fn protobuf_answer(
         content_type: "application/vnd.kubernetes.protobuf;stream=watch",
         chunks,
     });
-    let events = watch_protobuf(&leases(c), &WatchParams::default(), "1", KIND)
+    let events = open_watch(&leases(c), &WatchParams::default(), "1", Some(KIND))
         .await
         .unwrap();
     all(events).await
@@ -156,7 +156,9 @@ async fn asks_protobuf_then_json_and_reads_frames_split_anywhere() {
             chunks,
         });
         let params = WatchParams::default().timeout(300).initial_events();
-        let events = watch_protobuf(&leases(c), &params, "", KIND).await.unwrap();
+        let events = open_watch(&leases(c), &params, "", Some(KIND))
+            .await
+            .unwrap();
         let got: Vec<String> = all(events).await.iter().map(name).collect();
         assert_eq!(got, ["a", "b", "bookmark 3"]);
         let req = &seen.lock().unwrap()[0];
@@ -188,7 +190,7 @@ async fn a_json_answer_is_read_as_json_lines() {
         content_type: "application/json",
         chunks: vec![Ok(lines.as_bytes().to_vec())],
     });
-    let events = watch_protobuf(&leases(c), &WatchParams::default(), "4", KIND)
+    let events = open_watch(&leases(c), &WatchParams::default(), "4", Some(KIND))
         .await
         .unwrap();
     let got: Vec<String> = all(events).await.iter().map(name).collect();
@@ -237,7 +239,7 @@ async fn a_refusal_is_the_servers_status_in_either_encoding() {
             chunks: vec![Ok(body)],
         });
         let Err(kube::Error::Api(s)) =
-            watch_protobuf(&leases(c), &WatchParams::default(), "1", KIND).await
+            open_watch(&leases(c), &WatchParams::default(), "1", Some(KIND)).await
         else {
             panic!("not refused ({ct})");
         };
@@ -254,7 +256,7 @@ async fn a_refusal_without_a_status_keeps_the_http_code_and_the_text() {
         chunks: vec![Ok(b"<html>bad gateway</html>".to_vec())],
     });
     let Err(kube::Error::Api(s)) =
-        watch_protobuf(&leases(c), &WatchParams::default(), "1", KIND).await
+        open_watch(&leases(c), &WatchParams::default(), "1", Some(KIND)).await
     else {
         panic!("not refused");
     };
@@ -303,4 +305,47 @@ async fn a_frame_longer_than_the_limit_breaks_the_stream_unbuffered() {
 fn refusal_keeps_the_http_code_when_the_status_has_none() {
     let s = refusal(429, false, br#"{"kind":"Status","message":"slow down"}"#);
     assert_eq!((s.code, s.message.as_str()), (429, "slow down"));
+}
+
+#[tokio::test]
+async fn a_json_line_past_the_limit_is_one_error_and_the_next_lines_are_read() {
+    let event = |name: &str, holder: &str| {
+        format!(
+            r#"{{"type":"ADDED","object":{{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"5"}},"spec":{{"holderIdentity":"{holder}"}}}}}}"#
+        ) + "\n"
+    };
+    // A Lease line longer than the limit (16 MiB), sent in small chunks.
+    let body = [
+        event("before", "a"),
+        event("huge", &"h".repeat((16 << 20) + 1)),
+        event("after", "b"),
+    ]
+    .concat();
+    let chunks = body
+        .as_bytes()
+        .chunks(1 << 20)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
+    let (c, _) = client(Script {
+        code: 200,
+        content_type: "application/json",
+        chunks,
+    });
+    let events = open_watch(&leases(c), &WatchParams::default(), "4", None)
+        .await
+        .unwrap();
+    let got = all(events).await;
+    assert_eq!(
+        got.len(),
+        3,
+        "{:?}",
+        got.iter().map(name).collect::<Vec<_>>()
+    );
+    assert_eq!(name(&got[0]), "before");
+    assert!(
+        matches!(got[1], Err(kube::Error::LinesCodecMaxLineLengthExceeded)),
+        "the long line is refused: {}",
+        name(&got[1])
+    );
+    assert_eq!(name(&got[2]), "after");
 }

@@ -83,6 +83,23 @@ fn an_added_lease_keeps_what_the_trim_reads_and_nothing_else() {
 }
 
 #[test]
+fn a_huge_holder_identity_is_cut_as_it_is_read() {
+    let holder = "h".repeat(1_500_000);
+    let raw = envelope("coordination.k8s.io/v1", "Lease", lock_lease_msg(&holder));
+    let frame = event("ADDED", raw);
+    let WatchEvent::Added(l) = watch_event(&frame, LEASE_KIND).expect("reads") else {
+        panic!("not ADDED")
+    };
+    let kept = l.spec.map(|s| s.holder_identity).unwrap_or_default();
+    assert!(
+        kept.len() <= crate::watch::trim::MAX_LOCK_ID_BYTES + 128,
+        "kept {} bytes",
+        kept.len()
+    );
+    assert_eq!(kept, crate::watch::trim::keep_lock_id(&holder));
+}
+
+#[test]
 fn modified_and_deleted_carry_the_lease_and_a_free_lease_has_no_holder() {
     let free = Msg::new().msg(1, Msg::new().string(1, "l").string(6, "9"));
     let frame = event(
