@@ -24,8 +24,9 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH,
-    CONTENT_TYPE, RETRY_AFTER, VARY, WWW_AUTHENTICATE,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CACHE_CONTROL, CONTENT_ENCODING,
+    CONTENT_LENGTH, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, RETRY_AFTER, VARY,
+    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Method, Request, Response, StatusCode};
 use std::convert::Infallible;
@@ -177,12 +178,47 @@ fn is_page(method: &Method, path: &str) -> bool {
 /// render at once; past that the answer is 503 with `Retry-After: 1`: a
 /// render queued behind others would hold its connection and a blocking
 /// thread for nothing, and a person reloading a second later is served.
+/// `reviewed` is called when the API server's review allowed the request
+/// (the connection slots keep such callers longest). Every answer carries
+/// [`secure`]'s headers.
 pub async fn respond(
     shared: &Arc<Shared>,
     cache: &Arc<ScrapeCache>,
     pages: &Arc<Semaphore>,
     guard: &Guard,
     req: &Request<Incoming>,
+    reviewed: impl FnOnce(),
+) -> Response<RespBody> {
+    let mut r = answer(shared, cache, pages, guard, req, reviewed).await;
+    secure(r.headers_mut());
+    r
+}
+
+/// Headers on every answer. The pages and `/metrics` carry lock IDs,
+/// holders and release commands: no cache keeps them (`no-store`), no
+/// other site frames a page (`frame-ancestors`, which a `<meta>` policy
+/// cannot set), nothing loads but the pages' inline style, a browser never
+/// guesses a type other than the one sent (`nosniff`), and a link followed
+/// from a page does not tell the next site the path it came from
+/// (`no-referrer`: paths name namespaces and objects). The rest of the
+/// answers (probes, errors) say nothing worth caching either.
+fn secure(h: &mut hyper::HeaderMap) {
+    h.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(crate::pages::CONTENT_SECURITY_POLICY),
+    );
+    h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+}
+
+async fn answer(
+    shared: &Arc<Shared>,
+    cache: &Arc<ScrapeCache>,
+    pages: &Arc<Semaphore>,
+    guard: &Guard,
+    req: &Request<Incoming>,
+    reviewed: impl FnOnce(),
 ) -> Response<RespBody> {
     let header = |name| {
         req.headers()
@@ -200,6 +236,9 @@ pub async fn respond(
         .await
     {
         return boxed(refused(&refusal));
+    }
+    if matches!(guard, Guard::Kubernetes(_)) && !auth::is_open(req.uri().path()) {
+        reviewed();
     }
     // The pages read their filters from the query string.
     let path = req
@@ -232,13 +271,12 @@ pub async fn respond(
             }
         };
     }
-    let permit = if is_page(&method, req.uri().path()) {
-        match pages.clone().try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) => return busy(),
-        }
-    } else {
-        None
+    if !is_page(&method, req.uri().path()) {
+        // Probes and refusals read a few flags: no need for a thread hop.
+        return boxed(handle(shared, &method, &path, accept.as_deref()));
+    }
+    let Ok(permit) = pages.clone().try_acquire_owned() else {
+        return busy();
     };
     let shared = shared.clone();
     // The pages walk the index: keep them off the reactor threads. The

@@ -50,6 +50,10 @@ struct Harness {
 
 impl Harness {
     fn start(config: Config) -> Harness {
+        Harness::start_with(config, Endpoint::open_plain())
+    }
+
+    fn start_with(config: Config, endpoint: Endpoint) -> Harness {
         let (shared, _rx) = Shared::new();
         let cache = ScrapeCache::new(shared.clone());
         let (tx, rx) = mpsc::unbounded_channel();
@@ -66,7 +70,7 @@ impl Harness {
             cache.clone(),
             pages.clone(),
             config,
-            Endpoint::open_plain(),
+            endpoint,
             stop_rx,
         ));
         Harness {
@@ -391,6 +395,46 @@ async fn page_renders_over_the_bound_get_503_with_retry_after() {
     };
     assert!(again.head.starts_with("HTTP/1.1 200"), "{}", again.head);
     assert_eq!(h.pages.available_permits(), 2);
+}
+
+/// Issue 33: the pages set their policy only in a `<meta>` tag (no
+/// `frame-ancestors`, no `nosniff`, nothing against caches keeping lock
+/// IDs). Every answer now carries the headers.
+#[tokio::test]
+async fn every_answer_carries_the_security_headers() {
+    let h = Harness::start(Config::DEFAULT);
+    hold_a_lock(&h.shared);
+    let mut io = h.connect();
+    for path in [
+        "/",
+        "/locks/ns/TerraformMachine/web",
+        "/metrics",
+        "/healthz",
+        "/readyz",
+        "/nope",
+    ] {
+        let Some(r) = get(&mut io, path, "").await else {
+            panic!("{path}: no answer");
+        };
+        let csp = r.header("content-security-policy").unwrap_or("");
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp:?}");
+        assert!(csp.contains("default-src 'none'"), "{path}: {csp:?}");
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(r.header("cache-control"), Some("no-store"), "{path}");
+        assert_eq!(r.header("referrer-policy"), Some("no-referrer"), "{path}");
+    }
+    let Some(page) = get(&mut io, "/", "").await else {
+        panic!("no page");
+    };
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(
+        html.contains("http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'"),
+        "the page lost its <meta> policy"
+    );
 }
 
 /// The Content-Length of the response that `bytes` begin with.
