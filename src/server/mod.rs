@@ -173,8 +173,8 @@ fn is_page(method: &Method, path: &str) -> bool {
         && (path == "/" || path.starts_with("/locks/"))
 }
 
-/// Answers one request: `/metrics` from the scrape cache, the rest from
-/// [`handle`] off the reactor. At most `pages`' permits of on-call pages
+/// Answers one request: `/metrics` from the scrape cache, the pages from
+/// [`handle`] off the reactor, the rest from [`handle`] at once. At most `pages`' permits of on-call pages
 /// render at once; past that the answer is 503 with `Retry-After: 1`: a
 /// render queued behind others would hold its connection and a blocking
 /// thread for nothing, and a person reloading a second later is served.
@@ -189,7 +189,87 @@ pub async fn respond(
     req: &Request<Incoming>,
     reviewed: impl FnOnce(),
 ) -> Response<RespBody> {
-    let mut r = answer(shared, cache, pages, guard, req, reviewed).await;
+    // Every return below ends the block, not the function: the headers
+    // are added to each answer.
+    let mut r = async {
+        let header = |name| {
+            req.headers()
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+        };
+        let method = req.method().clone();
+        if let Err(refusal) = guard
+            .check(
+                &shared.health,
+                &method,
+                req.uri().path(),
+                req.headers().get(AUTHORIZATION),
+            )
+            .await
+        {
+            return boxed(refused(&refusal));
+        }
+        if matches!(guard, Guard::Kubernetes(_)) && !auth::is_open(req.uri().path()) {
+            reviewed();
+        }
+        // The pages read their filters from the query string.
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        let accept = header(ACCEPT).map(str::to_owned);
+        if req.uri().path() == "/metrics" && (method == Method::GET || method == Method::HEAD) {
+            let format = Format::negotiate(accept.as_deref());
+            let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
+            return match cache.body(format, encoding).await {
+                Ok(body) => {
+                    let mut r = chunked(StatusCode::OK, format.content_type(), &body);
+                    let h = r.headers_mut();
+                    // Caches between us and a scraper must key on the coding.
+                    h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
+                    if encoding == AcceptEncoding::Gzip {
+                        h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                    }
+                    r
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot render /metrics");
+                    boxed(reply(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "text/plain; charset=utf-8",
+                        "encoding failed\n",
+                    ))
+                }
+            };
+        }
+        if !is_page(&method, req.uri().path()) {
+            // Probes and refusals read a few flags: no need for a thread hop.
+            return boxed(handle(shared, &method, &path, accept.as_deref()));
+        }
+        let Ok(permit) = pages.clone().try_acquire_owned() else {
+            return busy();
+        };
+        let shared = shared.clone();
+        // The pages walk the index: keep them off the reactor threads. The
+        // permit lives as long as the render, also when the client hangs up
+        // meanwhile (the blocking task cannot be cancelled).
+        let r = tokio::task::spawn_blocking(move || {
+            let r = handle(&shared, &method, &path, accept.as_deref());
+            drop(permit);
+            r
+        })
+        .await
+        .unwrap_or_else(|_| {
+            reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain; charset=utf-8",
+                "internal error\n",
+            )
+        });
+        boxed(r)
+    }
+    .await;
     secure(r.headers_mut());
     r
 }
@@ -210,92 +290,6 @@ fn secure(h: &mut hyper::HeaderMap) {
     h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-}
-
-async fn answer(
-    shared: &Arc<Shared>,
-    cache: &Arc<ScrapeCache>,
-    pages: &Arc<Semaphore>,
-    guard: &Guard,
-    req: &Request<Incoming>,
-    reviewed: impl FnOnce(),
-) -> Response<RespBody> {
-    let header = |name| {
-        req.headers()
-            .get(name)
-            .and_then(|v: &HeaderValue| v.to_str().ok())
-    };
-    let method = req.method().clone();
-    if let Err(refusal) = guard
-        .check(
-            &shared.health,
-            &method,
-            req.uri().path(),
-            req.headers().get(AUTHORIZATION),
-        )
-        .await
-    {
-        return boxed(refused(&refusal));
-    }
-    if matches!(guard, Guard::Kubernetes(_)) && !auth::is_open(req.uri().path()) {
-        reviewed();
-    }
-    // The pages read their filters from the query string.
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    let accept = header(ACCEPT).map(str::to_owned);
-    if req.uri().path() == "/metrics" && (method == Method::GET || method == Method::HEAD) {
-        let format = Format::negotiate(accept.as_deref());
-        let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
-        return match cache.body(format, encoding).await {
-            Ok(body) => {
-                let mut r = chunked(StatusCode::OK, format.content_type(), &body);
-                let h = r.headers_mut();
-                // Caches between us and a scraper must key on the coding.
-                h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
-                if encoding == AcceptEncoding::Gzip {
-                    h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-                }
-                r
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot render /metrics");
-                boxed(reply(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "text/plain; charset=utf-8",
-                    "encoding failed\n",
-                ))
-            }
-        };
-    }
-    if !is_page(&method, req.uri().path()) {
-        // Probes and refusals read a few flags: no need for a thread hop.
-        return boxed(handle(shared, &method, &path, accept.as_deref()));
-    }
-    let Ok(permit) = pages.clone().try_acquire_owned() else {
-        return busy();
-    };
-    let shared = shared.clone();
-    // The pages walk the index: keep them off the reactor threads. The
-    // permit lives as long as the render, also when the client hangs up
-    // meanwhile (the blocking task cannot be cancelled).
-    let r = tokio::task::spawn_blocking(move || {
-        let r = handle(&shared, &method, &path, accept.as_deref());
-        drop(permit);
-        r
-    })
-    .await
-    .unwrap_or_else(|_| {
-        reply(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "text/plain; charset=utf-8",
-            "internal error\n",
-        )
-    });
-    boxed(r)
 }
 
 /// The answer to a request the guard refused. The token is not echoed;
