@@ -94,12 +94,28 @@ th{background:#f3f3f3}tr.u0 td{background:#fde2e2}tr.u1 td{background:#fff1d6}tr
 .holder{max-width:28em;overflow-wrap:anywhere}pre{background:#f6f6f6;padding:.5em;overflow-x:auto;white-space:pre-wrap;overflow-wrap:anywhere}\
 dt{font-weight:bold;margin-top:.4em}dd{margin-left:1.5em;overflow-wrap:anywhere}";
 
+/// What a page may load: nothing but its inline style, no `<base>`, no
+/// form target. The `<meta>` tag keeps it in a copy saved to disk.
+macro_rules! page_policy {
+    () => {
+        "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+    };
+}
+
+/// The `Content-Security-Policy` header of every answer: the pages' policy
+/// and no framing, which only a header can say.
+pub const CONTENT_SECURITY_POLICY: &str = concat!(page_policy!(), "; frame-ancestors 'none'");
+
 fn head(title: &str) -> String {
     format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\
-         <title>{}</title><style>{STYLE}</style></head><body>",
-        escape(title)
+        concat!(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">",
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"",
+            page_policy!(),
+            "\"><title>{}</title><style>{}</style></head><body>"
+        ),
+        escape(title),
+        STYLE
     )
 }
 

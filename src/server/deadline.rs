@@ -86,12 +86,17 @@ impl ResponseClock {
 
     /// The socket was flushed: if every response begun has its body
     /// handed over, nothing is owed any more.
-    fn flushed(&self) {
+    pub(super) fn flushed(&self) {
         self.with(|s| {
             if s.due.is_some() && s.bodies_done == s.begun {
                 s.due = None;
             }
         });
+    }
+
+    /// True while a response is owed (begun and not all written).
+    pub(super) fn owes(&self) -> bool {
+        self.with(|s| s.due.is_some())
     }
 
     /// Resolves once a response is still owed past its deadline.

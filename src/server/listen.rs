@@ -5,10 +5,12 @@
 //!   keep-alive connection, is closed after it (hyper starts the timer
 //!   whenever it waits for a head, so both are covered by one setting).
 //! - At most `max_connections` are open. A connection accepted with every
-//!   slot taken takes the slot of the one whose bytes moved longest ago, if
-//!   that was at least `stalled_after` ago (see [`super::slots`]): clients
-//!   that never read, never finish a TLS handshake or sit idle cannot keep
-//!   a scraper out. When every open connection is moving bytes, the new
+//!   slot taken takes the slot of one that is not using it: owed nothing
+//!   and open for `stalled_after`, or owed an answer that has not moved
+//!   for `stalled_after` (see [`super::slots`] for which goes first):
+//!   clients that never read, never finish a TLS handshake, sit idle or
+//!   ask for `/healthz` over and over cannot keep a scraper or a probe
+//!   out. When every open connection is new or being answered, the new
 //!   one waits for a slot and the ones behind it wait in the kernel's
 //!   listen backlog.
 //! - Over TLS, the handshake must finish within `header_read_timeout`.
@@ -102,15 +104,16 @@ pub struct Config {
     pub response_timeout: Duration,
     /// On-call pages (`/`, `/locks/...`) rendered at once.
     pub max_page_renders: usize,
-    /// At the connection cap, how long a connection's bytes must have been
-    /// still before a newcomer may take its slot.
+    /// At the connection cap, how long an owed answer must have been still,
+    /// or a connection owed nothing must have been open, before a newcomer
+    /// may take its slot.
     pub stalled_after: Duration,
 }
 
 impl Config {
     /// The production limits. 128 connections leave room for several
     /// Prometheus replicas and humans, and since a newcomer at the cap takes
-    /// the slot of the stillest connection, more slots would only let
+    /// the slot of a connection not using it, more slots would only let
     /// clients that never read pin more memory; 10 s is Prometheus' default scrape
     /// timeout; 5 s of drain fits in Kubernetes' default 30 s grace period.
     ///
@@ -228,9 +231,9 @@ fn page_renders(config: Config) -> Arc<Semaphore> {
     ))
 }
 
-/// A slot for a connection just accepted: a free one, else the slot of the
-/// connection still longest (at least `stalled_after`), else the first to
-/// free up, looking again for a stalled connection every 100 ms.
+/// A slot for a connection just accepted: a free one, else the slot of a
+/// connection not using its own (see [`super::slots`]), else the first to
+/// free up, looking again for one to close every 100 ms.
 async fn slot(
     slots: &Arc<Semaphore>,
     open: &Slots,
@@ -395,14 +398,27 @@ async fn http<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let clock = Arc::new(ResponseClock::new(config.response_timeout));
+    registered.conn.answers_by(clock.clone());
     let svc = {
         let clock = clock.clone();
+        let conn = registered.conn.clone();
         service_fn(move |req: Request<Incoming>| {
             let app = app.clone();
+            let conn = conn.clone();
             // The head has been read: from here the response is owed.
             let guard = clock.start();
+            conn.asked();
             async move {
-                let r = respond(&app.shared, &app.cache, &app.pages, &app.guard, &req).await;
+                let reviewed = || conn.reviewed();
+                let r = respond(
+                    &app.shared,
+                    &app.cache,
+                    &app.pages,
+                    &app.guard,
+                    &req,
+                    reviewed,
+                )
+                .await;
                 Ok::<_, Infallible>(r.map(|body| Tracked { body, guard }.boxed()))
             }
         })
@@ -424,7 +440,7 @@ async fn http<I>(
             return;
         }
         () = registered.conn.evicted() => {
-            tracing::debug!("connection closed to give its slot to a new one (it was the stillest at the cap)");
+            tracing::debug!("connection closed to give its slot to a new one (at the cap, it was not using it)");
             return;
         }
         () = stopping(&mut shutdown) => {

@@ -25,8 +25,9 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH,
-    CONTENT_TYPE, RETRY_AFTER, VARY, WWW_AUTHENTICATE,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CACHE_CONTROL, CONTENT_ENCODING,
+    CONTENT_LENGTH, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, RETRY_AFTER, VARY,
+    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Method, Request, Response, StatusCode};
 use std::convert::Infallible;
@@ -173,92 +174,123 @@ fn is_page(method: &Method, path: &str) -> bool {
         && (path == "/" || path.starts_with("/locks/"))
 }
 
-/// Answers one request: `/metrics` from the scrape cache, the rest from
-/// [`handle`] off the reactor. At most `pages`' permits of on-call pages
+/// Answers one request: `/metrics` from the scrape cache, the pages from
+/// [`handle`] off the reactor, the rest from [`handle`] at once. At most `pages`' permits of on-call pages
 /// render at once; past that the answer is 503 with `Retry-After: 1`: a
 /// render queued behind others would hold its connection and a blocking
 /// thread for nothing, and a person reloading a second later is served.
+/// `reviewed` is called when the API server's review allowed the request
+/// (the connection slots keep such callers longest). Every answer carries
+/// [`secure`]'s headers.
 pub async fn respond(
     shared: &Arc<Shared>,
     cache: &Arc<ScrapeCache>,
     pages: &Arc<Semaphore>,
     guard: &Guard,
     req: &Request<Incoming>,
+    reviewed: impl FnOnce(),
 ) -> Response<RespBody> {
-    let header = |name| {
-        req.headers()
-            .get(name)
-            .and_then(|v: &HeaderValue| v.to_str().ok())
-    };
-    let method = req.method().clone();
-    if let Err(refusal) = guard
-        .check(
-            &shared.health,
-            &method,
-            req.uri().path(),
-            req.headers().get(AUTHORIZATION),
-        )
-        .await
-    {
-        return boxed(refused(&refusal));
-    }
-    // The pages read their filters from the query string.
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    let accept = header(ACCEPT).map(str::to_owned);
-    if req.uri().path() == "/metrics" && (method == Method::GET || method == Method::HEAD) {
-        let format = Format::negotiate(accept.as_deref());
-        let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
-        return match cache.body(format, encoding).await {
-            Ok(body) => {
-                let mut r = chunked(StatusCode::OK, format.content_type(), &body);
-                let h = r.headers_mut();
-                // Caches between us and a scraper must key on the coding.
-                h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
-                if encoding == AcceptEncoding::Gzip {
-                    h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-                }
-                r
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot render /metrics");
-                boxed(reply(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "text/plain; charset=utf-8",
-                    "encoding failed\n",
-                ))
-            }
+    // Every return below ends the block, not the function: the headers
+    // are added to each answer.
+    let mut r = async {
+        let header = |name| {
+            req.headers()
+                .get(name)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
         };
-    }
-    let permit = if is_page(&method, req.uri().path()) {
-        match pages.clone().try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) => return busy(),
+        let method = req.method().clone();
+        if let Err(refusal) = guard
+            .check(
+                &shared.health,
+                &method,
+                req.uri().path(),
+                req.headers().get(AUTHORIZATION),
+            )
+            .await
+        {
+            return boxed(refused(&refusal));
         }
-    } else {
-        None
-    };
-    let shared = shared.clone();
-    // The pages walk the index: keep them off the reactor threads. The
-    // permit lives as long as the render, also when the client hangs up
-    // meanwhile (the blocking task cannot be cancelled).
-    let r = tokio::task::spawn_blocking(move || {
-        let r = handle(&shared, &method, &path, accept.as_deref());
-        drop(permit);
-        r
-    })
-    .await
-    .unwrap_or_else(|_| {
-        reply(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "text/plain; charset=utf-8",
-            "internal error\n",
-        )
-    });
-    boxed(r)
+        if matches!(guard, Guard::Kubernetes(_)) && !auth::is_open(req.uri().path()) {
+            reviewed();
+        }
+        // The pages read their filters from the query string.
+        let path = req
+            .uri()
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_owned();
+        let accept = header(ACCEPT).map(str::to_owned);
+        if req.uri().path() == "/metrics" && (method == Method::GET || method == Method::HEAD) {
+            let format = Format::negotiate(accept.as_deref());
+            let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
+            return match cache.body(format, encoding).await {
+                Ok(body) => {
+                    let mut r = chunked(StatusCode::OK, format.content_type(), &body);
+                    let h = r.headers_mut();
+                    // Caches between us and a scraper must key on the coding.
+                    h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
+                    if encoding == AcceptEncoding::Gzip {
+                        h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                    }
+                    r
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot render /metrics");
+                    boxed(reply(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "text/plain; charset=utf-8",
+                        "encoding failed\n",
+                    ))
+                }
+            };
+        }
+        if !is_page(&method, req.uri().path()) {
+            // Probes and refusals read a few flags: no need for a thread hop.
+            return boxed(handle(shared, &method, &path, accept.as_deref()));
+        }
+        let Ok(permit) = pages.clone().try_acquire_owned() else {
+            return busy();
+        };
+        let shared = shared.clone();
+        // The pages walk the index: keep them off the reactor threads. The
+        // permit lives as long as the render, also when the client hangs up
+        // meanwhile (the blocking task cannot be cancelled).
+        let r = tokio::task::spawn_blocking(move || {
+            let r = handle(&shared, &method, &path, accept.as_deref());
+            drop(permit);
+            r
+        })
+        .await
+        .unwrap_or_else(|_| {
+            reply(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain; charset=utf-8",
+                "internal error\n",
+            )
+        });
+        boxed(r)
+    }
+    .await;
+    secure(r.headers_mut());
+    r
+}
+
+/// Headers on every answer. The pages and `/metrics` carry lock IDs,
+/// holders and release commands: no cache keeps them (`no-store`), no
+/// other site frames a page (`frame-ancestors`, which a `<meta>` policy
+/// cannot set), nothing loads but the pages' inline style, a browser never
+/// guesses a type other than the one sent (`nosniff`), and a link followed
+/// from a page does not tell the next site the path it came from
+/// (`no-referrer`: paths name namespaces and objects). The rest of the
+/// answers (probes, errors) say nothing worth caching either.
+fn secure(h: &mut hyper::HeaderMap) {
+    h.insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(crate::pages::CONTENT_SECURITY_POLICY),
+    );
+    h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
 }
 
 /// The answer to a request the guard refused. The token is not echoed;

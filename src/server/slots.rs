@@ -1,22 +1,38 @@
-//! Fair connection slots: at the cap, the connection that has made the
-//! least recent progress gives its slot to the newcomer.
+//! Fair connection slots: at the cap, a connection that is not using its
+//! slot gives it to the newcomer.
 //!
 //! A cap alone lets whoever opens connections first keep them: 256 clients
 //! that send `GET /metrics` and never read (or never finish a TLS
 //! handshake) would hold every slot until their deadlines, and a real
-//! scrape would wait in the listen backlog behind them. Each open
-//! connection here records when bytes last moved on its socket, either way
-//! ([`Progressing`]); when a connection is accepted with every slot taken,
-//! the one whose bytes moved longest ago is closed, provided that was at
-//! least `stalled_after` ago. A connection that is being written to, or
-//! that asked for something a moment ago, is never the one closed; an idle
-//! keep-alive connection or a client that stopped reading is.
+//! scrape would wait in the listen backlog behind them. So does a cap with
+//! "the stillest connection goes": 128 keep-alive clients that each ask for
+//! `/healthz` every 0.8 s are never still, and the probes and scrapes that
+//! come next wait in the backlog.
+//!
+//! A connection is using its slot only while a response is owed on it (a
+//! request head has been read and its answer is not all written) and that
+//! answer moves: bytes written within `stalled_after`. Everything else may
+//! be closed at the cap: a connection owed an answer that has not moved for
+//! `stalled_after` (a client that stopped reading), and a connection owed
+//! nothing (between requests on keep-alive, in a TLS handshake, sending a
+//! head) once it has been open for `stalled_after`, which leaves a new
+//! connection the time to say what it wants. Closing a connection owed
+//! nothing loses no work: an HTTP client retries a request on a fresh
+//! connection when an idle keep-alive one is closed.
+//!
+//! Of the connections that may be closed, the one closed is, in order: one
+//! that never sent a request head (a handshake or a head being trickled),
+//! then one that never made a request the API server's review allowed,
+//! then one that did; within each, one owed nothing before one whose answer
+//! stalled; then the one whose last progress is oldest. A reviewed caller
+//! (Prometheus, between scrapes on its keep-alive connection) thus keeps
+//! its connection while anonymous ones can give theirs.
 
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -24,7 +40,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// The open connections and when each last moved bytes.
+use super::deadline::ResponseClock;
+
+/// The open connections and what each is doing.
 #[derive(Debug)]
 pub(super) struct Slots {
     epoch: Instant,
@@ -33,18 +51,72 @@ pub(super) struct Slots {
     evicted: AtomicU64,
 }
 
+/// How far a connection has come; higher keeps its slot longer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub(super) enum Standing {
+    /// No request head read yet (TLS handshake, or a head on its way).
+    Opened = 0,
+    /// A request head was read; none was allowed by a review.
+    Asked = 1,
+    /// A request on it was allowed by the API server's review.
+    Reviewed = 2,
+}
+
 /// One open connection as the slots see it.
 #[derive(Debug)]
 pub(super) struct Conn {
-    /// Milliseconds since the epoch of the last byte moved (or the accept).
-    last: AtomicU64,
     epoch: Instant,
+    /// Milliseconds since the epoch of the accept.
+    accepted: u64,
+    /// Milliseconds since the epoch of the last progress: the accept, a
+    /// request head read, bytes written. Bytes read are not progress: a
+    /// client trickling a handshake or a head would otherwise look busy.
+    last: AtomicU64,
+    standing: AtomicU8,
+    /// The connection's response deadline: whether an answer is owed.
+    clock: OnceLock<Arc<ResponseClock>>,
     evict: Notify,
 }
 
 impl Conn {
     fn touch(&self) {
         self.last.store(millis(self.epoch), Ordering::Relaxed);
+    }
+
+    fn rise(&self, to: Standing) {
+        self.standing.fetch_max(to as u8, Ordering::Relaxed);
+    }
+
+    /// A request head was read: an answer is owed from now.
+    pub(super) fn asked(&self) {
+        self.touch();
+        self.rise(Standing::Asked);
+    }
+
+    /// A request on this connection was allowed by a review.
+    pub(super) fn reviewed(&self) {
+        self.rise(Standing::Reviewed);
+    }
+
+    /// The clock that says whether an answer is owed (set once HTTP starts,
+    /// after the TLS handshake).
+    pub(super) fn answers_by(&self, clock: Arc<ResponseClock>) {
+        let _ = self.clock.set(clock);
+    }
+
+    fn owes(&self) -> bool {
+        self.clock.get().is_some_and(|c| c.owes())
+    }
+
+    /// When this connection may be closed at the cap: None while it uses its
+    /// slot; else its place in the order (lowest closed first).
+    fn eviction_key(&self, now: u64, limit: u64) -> Option<(u8, bool, u64)> {
+        let last = self.last.load(Ordering::Relaxed);
+        let owes = self.owes();
+        let since = if owes { last } else { self.accepted };
+        (now.saturating_sub(since) >= limit)
+            .then(|| (self.standing.load(Ordering::Relaxed), owes, last))
     }
 
     /// Resolves when the slots take this connection's slot back.
@@ -88,12 +160,16 @@ impl Slots {
         }
     }
 
-    /// A connection just accepted: it counts as having moved bytes now.
+    /// A connection just accepted: it counts as progress.
     pub(super) fn register(self: &Arc<Self>) -> Registered {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let now = millis(self.epoch);
         let conn = Arc::new(Conn {
-            last: AtomicU64::new(millis(self.epoch)),
             epoch: self.epoch,
+            accepted: now,
+            last: AtomicU64::new(now),
+            standing: AtomicU8::new(Standing::Opened as u8),
+            clock: OnceLock::new(),
             evict: Notify::new(),
         });
         self.lock().insert(id, conn.clone());
@@ -104,18 +180,17 @@ impl Slots {
         }
     }
 
-    /// Closes the connection whose bytes moved longest ago, if that was at
-    /// least `stalled_after` ago; true when one was told to close.
+    /// Closes the first connection in the eviction order (see the module
+    /// documentation), if any may be closed; true when one was told to.
     pub(super) fn evict_stalest(&self, stalled_after: Duration) -> bool {
         let now = millis(self.epoch);
         let limit = u64::try_from(stalled_after.as_millis()).unwrap_or(u64::MAX);
         let mut open = self.lock();
         let victim = open
             .iter()
-            .map(|(id, c)| (*id, c.last.load(Ordering::Relaxed)))
-            .filter(|(_, last)| now.saturating_sub(*last) >= limit)
-            .min_by_key(|(id, last)| (*last, *id))
-            .map(|(id, _)| id);
+            .filter_map(|(id, c)| Some((c.eviction_key(now, limit)?, *id)))
+            .min()
+            .map(|(_, id)| id);
         let Some(id) = victim.and_then(|id| open.remove(&id).map(|c| (id, c))) else {
             return false;
         };
@@ -133,7 +208,7 @@ impl Slots {
     }
 }
 
-/// A socket that tells its [`Conn`] whenever bytes move on it.
+/// A socket that tells its [`Conn`] whenever bytes are written to it.
 #[derive(Debug)]
 pub(super) struct Progressing<I> {
     pub(super) io: I,
@@ -146,12 +221,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for Progressing<I> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.io).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.conn.touch();
-        }
-        r
+        Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
@@ -197,31 +267,78 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Progressing<I> {
 mod tests {
     use super::*;
 
+    const STILL: Duration = Duration::from_secs(1);
+
+    fn owed(r: &Registered) -> super::super::deadline::BodyGuard {
+        let clock = Arc::new(ResponseClock::new(Duration::from_secs(30)));
+        r.conn.answers_by(clock.clone());
+        r.conn.asked();
+        clock.start()
+    }
+
+    async fn told(r: &Registered) -> bool {
+        tokio::time::timeout(Duration::from_millis(1), r.conn.evicted())
+            .await
+            .is_ok()
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn the_connection_idle_longest_goes_first_and_a_busy_one_never() {
+    async fn an_answer_that_moves_and_a_new_connection_keep_their_slots() {
         let slots = Slots::new();
-        let a = slots.register();
-        tokio::time::advance(Duration::from_secs(3)).await;
-        let b = slots.register();
-        tokio::time::advance(Duration::from_secs(3)).await;
-        let c = slots.register();
-        // a moved bytes last 6 s ago, b 3 s ago, c just now.
-        a.conn.touch();
-        // Now b is the stalest.
-        tokio::time::advance(Duration::from_millis(1500)).await;
-        assert!(slots.evict_stalest(Duration::from_secs(1)));
-        let gone = tokio::time::timeout(Duration::from_millis(1), b.conn.evicted()).await;
-        assert!(gone.is_ok(), "b was not told to close");
-        assert_eq!(slots.lock().len(), 2);
-        // Nobody else has been still for 5 s.
-        assert!(!slots.evict_stalest(Duration::from_secs(5)));
-        assert_eq!(slots.evictions(), 1);
-        drop(c);
-        drop(b);
-        assert_eq!(
-            slots.lock().len(),
-            1,
+        let writing = slots.register();
+        let _answer = owed(&writing);
+        tokio::time::advance(Duration::from_millis(500)).await;
+        let fresh = slots.register();
+        tokio::time::advance(Duration::from_millis(700)).await;
+        writing.conn.touch();
+        // The answer moved 0 s ago, the new one is 0.7 s old.
+        assert!(!slots.evict_stalest(STILL));
+        tokio::time::advance(Duration::from_millis(400)).await;
+        // Now the new one has been open for 1.1 s owing nothing.
+        assert!(slots.evict_stalest(STILL));
+        assert!(told(&fresh).await);
+        assert!(!told(&writing).await);
+        // The answer stalls: after a second it may go too.
+        tokio::time::advance(Duration::from_millis(300)).await;
+        assert!(!slots.evict_stalest(STILL));
+        tokio::time::advance(Duration::from_millis(400)).await;
+        assert!(slots.evict_stalest(STILL));
+        assert!(told(&writing).await);
+        assert_eq!(slots.evictions(), 2);
+        drop(fresh);
+        drop(writing);
+        assert!(
+            slots.lock().is_empty(),
             "a closed connection leaves the slots"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn handshakes_go_first_then_anonymous_then_reviewed_callers() {
+        let slots = Slots::new();
+        // Prometheus: reviewed, idle between scrapes for a long time.
+        let scraper = slots.register();
+        drop(owed(&scraper));
+        scraper.conn.reviewed();
+        if let Some(c) = scraper.conn.clock.get() {
+            // Its answer was written whole.
+            c.flushed();
+        }
+        tokio::time::advance(Duration::from_secs(10)).await;
+        // A chatty client answered a moment ago, one that stopped reading,
+        // and a handshake that trickles in.
+        let chatty = slots.register();
+        chatty.conn.asked();
+        let stuck = slots.register();
+        let _stuck_answer = owed(&stuck);
+        let handshake = slots.register();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        chatty.conn.touch();
+        let order = [&handshake, &chatty, &stuck, &scraper];
+        for (i, r) in order.iter().enumerate() {
+            assert!(slots.evict_stalest(STILL), "eviction {i}");
+            assert!(told(r).await, "eviction {i} took another connection");
+        }
+        assert!(!slots.evict_stalest(STILL), "nobody left");
     }
 }

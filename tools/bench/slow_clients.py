@@ -4,8 +4,9 @@
 Starts the fake API (examples/fake_api, ``--objects`` objects) and the exporter, measures the idle
 RSS and a baseline scrape, then opens ``--clients`` connections that send ``GET /metrics`` and never
 read (receive buffer 4 KiB), and, over TLS, as many again that connect and never finish the TLS
-handshake (half a ClientHello, then nothing). With all of them open it times real scrapes and reads
-the exporter's RSS. Prints one JSON object and a line per figure; exits 1 when a target is missed:
+handshake (half a ClientHello, then nothing). With ``--chatty N``, also N keep-alive clients that each
+ask for ``/healthz`` every 0.8 s and read the answer (reconnecting when closed). With all of them
+open it times real scrapes and reads the exporter's RSS. Prints one JSON object and a line per figure; exits 1 when a target is missed:
 
   * every real scrape answered within ``--max-scrape-s`` (2 s), whole;
   * RSS at most ``--max-rss-ratio`` (1.5) times the idle RSS.
@@ -28,6 +29,7 @@ import socket
 import ssl
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -87,12 +89,52 @@ def never_handshakes(port: int) -> socket.socket:
     return s
 
 
+def chatty(port: int, tls: bool, stop: threading.Event, counts: dict) -> None:
+    """Asks for /healthz every 0.8 s on one keep-alive connection; reconnects when closed."""
+    s = None
+    while not stop.is_set():
+        try:
+            if s is None:
+                raw = socket.create_connection(("127.0.0.1", port), timeout=30)
+                s = context().wrap_socket(raw) if tls else raw
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                chunk = s.recv(4096)
+                if not chunk:
+                    raise ConnectionError("closed")
+                buf += chunk
+            head, _, body = buf.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:
+                chunk = s.recv(4096)
+                if not chunk:
+                    raise ConnectionError("closed")
+                body += chunk
+            counts["answers"] += 1
+        except (OSError, ValueError):
+            counts["reconnects"] += 1
+            if s is not None:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+            s = None
+            continue
+        stop.wait(0.8)
+    if s is not None:
+        s.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--exporter", required=True)
     ap.add_argument("--fake-api", required=True)
     ap.add_argument("--objects", type=int, default=10000)
     ap.add_argument("--clients", type=int, default=300)
+    ap.add_argument("--chatty", type=int, default=0,
+                    help="keep-alive clients that ask for /healthz every 0.8 s (issue 33: 128 held every slot)")
     ap.add_argument("--scrapes", type=int, default=5)
     ap.add_argument("--settle-s", type=float, default=3.0)
     ap.add_argument("--tls", action="store_true", help="HTTPS (self-signed) and, besides, clients that never handshake")
@@ -109,6 +151,8 @@ def main() -> int:
     api_port = free_port()
     fake = start([args.fake_api, "--objects", str(args.objects), "--port", str(api_port)], workdir / "fake_api.log")
     sockets: list[socket.socket] = []
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
     try:
         wait_for(lambda: urllib.request.urlopen(f"http://127.0.0.1:{api_port}/_stats", timeout=2).status == 200,
                  600, "the fake API")
@@ -150,6 +194,11 @@ def main() -> int:
                     opened["never_handshake"] += 1
                 except OSError:
                     opened["refused"] += 1
+        chat = {"answers": 0, "reconnects": 0}
+        for _ in range(args.chatty):
+            t = threading.Thread(target=chatty, args=(port, args.tls, stop, chat), daemon=True)
+            t.start()
+            threads.append(t)
         settle_until = time.monotonic() + args.settle_s
         while time.monotonic() < settle_until:
             time.sleep(0.1)
@@ -169,12 +218,13 @@ def main() -> int:
         loaded = rss_kib(exporter.pid)
         result = {
             "tls": args.tls, "objects": args.objects, "body_bytes": body, "opened": opened,
+            "chatty": args.chatty, "chatty_counts": dict(chat),
             "scrape_s": [round(x, 3) for x in times], "max_scrape_s": round(max(times), 3),
             "idle_rss_MiB": round(idle / 1024, 1), "loaded_rss_MiB": round(loaded / 1024, 1),
             "rss_ratio": round(loaded / idle, 2) if idle else None, "failures": failures,
         }
         print(json.dumps(result))
-        print(f"slow clients ({'https' if args.tls else 'http'}): {opened}; real scrapes took "
+        print(f"slow clients ({'https' if args.tls else 'http'}): {opened}, chatty {args.chatty} {chat}; real scrapes took "
               f"{', '.join(f'{x:.3f}' for x in times)} s (max {max(times):.3f}); RSS {idle / 1024:.1f} -> "
               f"{loaded / 1024:.1f} MiB ({result['rss_ratio']}x)")
         if args.no_assert:
@@ -183,6 +233,9 @@ def main() -> int:
         print("verdict:", "PASS" if ok else "FAIL")
         return 0 if ok else 1
     finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
         for s in sockets:
             try:
                 s.close()

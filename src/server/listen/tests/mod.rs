@@ -50,6 +50,10 @@ struct Harness {
 
 impl Harness {
     fn start(config: Config) -> Harness {
+        Harness::start_with(config, Endpoint::open_plain())
+    }
+
+    fn start_with(config: Config, endpoint: Endpoint) -> Harness {
         let (shared, _rx) = Shared::new();
         let cache = ScrapeCache::new(shared.clone());
         let (tx, rx) = mpsc::unbounded_channel();
@@ -66,7 +70,7 @@ impl Harness {
             cache.clone(),
             pages.clone(),
             config,
-            Endpoint::open_plain(),
+            endpoint,
             stop_rx,
         ));
         Harness {
@@ -247,85 +251,6 @@ async fn accept_errors_back_off_instead_of_spinning() {
     assert_eq!((calls[n - 1] - calls[n - 2]).as_millis(), 10);
 }
 
-#[tokio::test(start_paused = true)]
-async fn half_sent_and_idle_connections_are_closed_by_the_header_timeout() {
-    let h = Harness::start(Config::DEFAULT);
-    // Half a request head, never finished.
-    let mut half = h.connect();
-    let start = Instant::now();
-    assert!(half.write_all(b"GET /metrics HTTP/1.1\r\nHo").await.is_ok());
-    assert!(closed(&mut half).await);
-    assert!(
-        start.elapsed() >= Config::DEFAULT.header_read_timeout,
-        "closed by the timeout, not before"
-    );
-    // A keep-alive connection that answered once and then sits idle.
-    let mut idle = h.connect();
-    let reply = get(&mut idle, "/healthz", "").await;
-    assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
-    let served = Instant::now();
-    assert!(closed(&mut idle).await);
-    assert!(served.elapsed() >= Config::DEFAULT.header_read_timeout);
-    // A connection that never says anything.
-    let mut silent = h.connect();
-    assert!(closed(&mut silent).await);
-}
-
-#[tokio::test(start_paused = true)]
-async fn at_the_cap_a_newcomer_takes_the_slot_of_the_connection_still_longest() {
-    let h = Harness::start(Config {
-        max_connections: 2,
-        ..Config::DEFAULT
-    });
-    let mut a = h.connect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let mut b = h.connect();
-    // b moves bytes: a request answered.
-    let reply = get(&mut b, "/healthz", "").await;
-    assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
-    let mut c = h.connect();
-    // Accepted, waiting for a slot; nothing more is accepted meanwhile.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        h.accepts(),
-        3,
-        "the third is accepted and waits; no fourth accept"
-    );
-    // Once a has been still for stalled_after, it gives its slot to c.
-    assert!(
-        closed(&mut a).await,
-        "the stillest connection was not closed"
-    );
-    let reply = get(&mut c, "/healthz", "").await;
-    assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
-    // b stayed: it was served more recently than a.
-    let again = get(&mut b, "/healthz", "").await;
-    assert!(again.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
-}
-
-#[tokio::test(start_paused = true)]
-async fn below_the_still_limit_nobody_is_closed_and_the_newcomer_waits() {
-    let h = Harness::start(Config {
-        max_connections: 1,
-        stalled_after: Duration::from_secs(3600),
-        ..Config::DEFAULT
-    });
-    let mut a = h.connect();
-    let _b = h.connect();
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    // a is still served: b waits instead of taking its slot.
-    let reply = get(&mut a, "/healthz", "").await;
-    assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
-    assert_eq!(h.accepts(), 2);
-    // At a's header timeout its slot frees: the next accept happens.
-    tokio::time::sleep(Config::DEFAULT.header_read_timeout + Duration::from_secs(1)).await;
-    assert_eq!(
-        h.accepts(),
-        3,
-        "b got a's slot; the loop waits for the next connection"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_concurrent_scrapes_share_one_render() {
     let h = Harness::start(Config::DEFAULT);
@@ -408,199 +333,6 @@ async fn gzip_round_trips_to_the_plain_exposition_and_head_has_no_body() {
     assert_eq!(h.cache.renders(), 2, "one render per format");
 }
 
-#[tokio::test(start_paused = true)]
-async fn shutdown_lets_the_response_in_flight_finish_and_closes_idle_connections() {
-    let h = Harness::start(Config::DEFAULT);
-    hold_a_lock(&h.shared);
-    // A 1 KiB pipe: the server blocks writing the body until we read.
-    let mut slow = h.connect_with(1024);
-    let mut idle = h.connect();
-    assert!(get(&mut idle, "/healthz", "").await.is_some());
-    let req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-    assert!(slow.write_all(req.as_bytes()).await.is_ok());
-    // Wait (in virtual time) until the response has started.
-    let mut first = [0u8; 1];
-    assert!(matches!(slow.read(&mut first).await, Ok(1)));
-    assert!(h.stop.send(true).is_ok());
-    // The idle connection is closed at once, not after the header timeout.
-    let asked = Instant::now();
-    assert!(closed(&mut idle).await);
-    assert!(asked.elapsed() < Config::DEFAULT.header_read_timeout);
-    // The response in flight completes, then its connection closes.
-    let mut rest = Vec::new();
-    assert!(slow.read_to_end(&mut rest).await.is_ok());
-    let mut all = first.to_vec();
-    all.extend_from_slice(&rest);
-    let text = String::from_utf8_lossy(&all);
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert!(text.ends_with("# EOF\n"), "cut short: {text}");
-    // And serve returns.
-    assert!(h.server.await.is_ok());
-    assert!(
-        h.tx.send(Ok(tokio::io::duplex(1).0)).is_err(),
-        "listener dropped"
-    );
-}
-
-/// The Content-Length of the response that `bytes` begin with.
-fn content_length(bytes: &[u8]) -> Option<usize> {
-    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&bytes[..end]);
-    head.lines()
-        .find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .map(|len: usize| len + end + 4)
-}
-
-/// A real TCP server over 10,000 held locks (about 12 MB of plain
-/// exposition: more than the kernel buffers of both ends hold, so a write
-/// to a client that does not read blocks). Dropping the sender stops it.
-async fn big_tcp_server(config: Config) -> (std::net::SocketAddr, watch::Sender<bool>) {
-    let (shared, _rx) = Shared::new();
-    hold_locks(&shared, 10_000);
-    let cache = ScrapeCache::new(shared.clone());
-    let Ok(listener) = TcpListener::bind("127.0.0.1:0").await else {
-        panic!("cannot bind a loopback port");
-    };
-    let Ok(addr) = listener.local_addr() else {
-        panic!("no local address");
-    };
-    let (stop, stop_rx) = watch::channel(false);
-    tokio::spawn(serve_with(
-        listener,
-        shared,
-        cache,
-        config,
-        Endpoint::open_plain(),
-        stop_rx,
-    ));
-    (addr, stop)
-}
-
-/// A client with a 4 KiB receive buffer that asks for /metrics and never
-/// reads.
-async fn never_reading_client(addr: std::net::SocketAddr) -> TcpStream {
-    let Ok(socket) = TcpSocket::new_v4() else {
-        panic!("no socket");
-    };
-    assert!(socket.set_recv_buffer_size(4096).is_ok());
-    let Ok(mut s) = socket.connect(addr).await else {
-        panic!("cannot connect");
-    };
-    assert!(s
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .is_ok());
-    s
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tcp_client_that_never_reads_is_dropped_at_the_deadline_and_frees_its_slot() {
-    // A short deadline on real sockets; the production 30 s is checked in
-    // virtual time below.
-    let deadline = Duration::from_secs(2);
-    let config = Config {
-        max_connections: 1,
-        response_timeout: deadline,
-        // The deadline alone is under test here: nobody takes its slot.
-        stalled_after: Duration::from_secs(3600),
-        ..Config::DEFAULT
-    };
-    let (addr, _stop) = big_tcp_server(config).await;
-
-    // The client that asks and never reads, with a small receive buffer.
-    let mut slow = never_reading_client(addr).await;
-    let sent = std::time::Instant::now();
-
-    // With one slot, the next client is served only once the first is gone.
-    let Ok(mut next) = TcpStream::connect(addr).await else {
-        panic!("cannot connect the second client");
-    };
-    let req = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    assert!(next.write_all(req).await.is_ok());
-    let mut answer = Vec::new();
-    let limit = deadline * 5;
-    let read = tokio::time::timeout(limit, next.read_to_end(&mut answer)).await;
-    assert!(
-        read.is_ok(),
-        "no answer within {limit:?}: the client that never reads still holds the only slot"
-    );
-    let waited = sent.elapsed();
-    assert!(
-        answer.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
-    assert!(
-        waited >= deadline * 9 / 10 && waited < deadline + Duration::from_secs(3),
-        "slot freed after {waited:?}, deadline {deadline:?}"
-    );
-
-    // The slow connection was closed with its body cut: reading now gives
-    // what the kernel had buffered, then the end.
-    let mut got = Vec::new();
-    let drained = tokio::time::timeout(Duration::from_secs(20), slow.read_to_end(&mut got)).await;
-    assert!(drained.is_ok(), "the slow connection is still open");
-    let Some(whole) = content_length(&got) else {
-        panic!(
-            "no response head: {:?}",
-            String::from_utf8_lossy(&got[..got.len().min(200)])
-        );
-    };
-    assert!(
-        got.len() < whole,
-        "the whole response ({whole} bytes) was delivered: the server kept writing"
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_response_unread_past_the_default_deadline_is_cut_and_busy_keep_alive_is_not() {
-    let h = Harness::start(Config {
-        max_connections: 2,
-        ..Config::DEFAULT
-    });
-    hold_a_lock(&h.shared);
-    // A 1 KiB pipe, never read: the server's write blocks at once.
-    let mut slow = h.connect_with(1024);
-    let req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-    assert!(slow.write_all(req.as_bytes()).await.is_ok());
-    tokio::time::sleep(Config::DEFAULT.response_timeout + Duration::from_secs(1)).await;
-    let mut got = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(1), slow.read_to_end(&mut got)).await;
-    assert!(read.is_ok(), "not closed by the response deadline");
-    let Some(whole) = content_length(&got) else {
-        panic!("no response head");
-    };
-    assert!(
-        got.len() < whole,
-        "{} of {whole} bytes: read after the deadline, the response still came whole",
-        got.len()
-    );
-    // A keep-alive client that asks every 5 s and reads its answers is
-    // never cut: each response's deadline ends when it is written.
-    let mut busy = h.connect();
-    for i in 0..14 {
-        let Some(r) = get(&mut busy, "/metrics", "").await else {
-            panic!("request {i} of a busy keep-alive connection got no answer");
-        };
-        assert!(r.head.starts_with("HTTP/1.1 200"), "{}", r.head);
-        tokio::time::sleep(Duration::from_secs(5)).await;
-    }
-    // HEAD sends no body (hyper drops it unread): its deadline ends too.
-    for i in 0..8 {
-        let req = "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-        assert!(busy.write_all(req.as_bytes()).await.is_ok());
-        let Some(r) = read_reply(&mut busy, true).await else {
-            panic!("HEAD {i} got no answer");
-        };
-        assert!(r.head.starts_with("HTTP/1.1 200"), "{}", r.head);
-        tokio::time::sleep(Duration::from_secs(5)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn page_renders_over_the_bound_get_503_with_retry_after() {
     let h = Harness::start(Config {
@@ -665,52 +397,59 @@ async fn page_renders_over_the_bound_get_503_with_retry_after() {
     assert_eq!(h.pages.available_permits(), 2);
 }
 
-/// A response is many chunks: accepted TCP connections send each at once
-/// instead of holding a small tail for the client's delayed ACK.
+/// Issue 33: the pages set their policy only in a `<meta>` tag (no
+/// `frame-ancestors`, no `nosniff`, nothing against caches keeping lock
+/// IDs). Every answer now carries the headers.
 #[tokio::test]
-async fn accepted_tcp_connections_have_nagle_off() {
-    let mut listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let client = tokio::spawn(async move { tokio::net::TcpStream::connect(addr).await });
-    let stream = Listener::accept(&mut listener).await.expect("accept");
-    assert!(stream.nodelay().expect("reads the option"));
-    drop(client.await);
+async fn every_answer_carries_the_security_headers() {
+    let h = Harness::start(Config::DEFAULT);
+    hold_a_lock(&h.shared);
+    let mut io = h.connect();
+    for path in [
+        "/",
+        "/locks/ns/TerraformMachine/web",
+        "/metrics",
+        "/healthz",
+        "/readyz",
+        "/nope",
+    ] {
+        let Some(r) = get(&mut io, path, "").await else {
+            panic!("{path}: no answer");
+        };
+        let csp = r.header("content-security-policy").unwrap_or("");
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp:?}");
+        assert!(csp.contains("default-src 'none'"), "{path}: {csp:?}");
+        assert_eq!(
+            r.header("x-content-type-options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(r.header("cache-control"), Some("no-store"), "{path}");
+        assert_eq!(r.header("referrer-policy"), Some("no-referrer"), "{path}");
+    }
+    let Some(page) = get(&mut io, "/", "").await else {
+        panic!("no page");
+    };
+    let html = String::from_utf8_lossy(&page.body);
+    assert!(
+        html.contains("http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'"),
+        "the page lost its <meta> policy"
+    );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tcp_clients_that_never_read_cannot_keep_a_scraper_out() {
-    // Every slot taken by a client that asked for 12 MB and reads nothing;
-    // the production deadline (30 s) would free one only much later.
-    let config = Config {
-        max_connections: 4,
-        ..Config::DEFAULT
-    };
-    let (addr, _stop) = big_tcp_server(config).await;
-    let mut slow = Vec::new();
-    for _ in 0..config.max_connections {
-        slow.push(never_reading_client(addr).await);
-    }
-    let Ok(mut scraper) = TcpStream::connect(addr).await else {
-        panic!("cannot connect the scraper");
-    };
-    let req = b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    assert!(scraper.write_all(req).await.is_ok());
-    let mut answer = Vec::new();
-    // Well inside the 30 s deadline: a slot was given up, not timed out.
-    let bound = Config::DEFAULT.response_timeout / 3;
-    let read = tokio::time::timeout(bound, scraper.read_to_end(&mut answer)).await;
-    assert!(
-        read.is_ok(),
-        "the scraper was not answered within {bound:?}"
-    );
-    assert!(
-        answer.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&answer[..answer.len().min(200)])
-    );
-    assert_eq!(
-        content_length(&answer),
-        Some(answer.len()),
-        "the whole body arrived"
-    );
+/// The Content-Length of the response that `bytes` begin with.
+fn content_length(bytes: &[u8]) -> Option<usize> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&bytes[..end]);
+    head.lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .map(|len: usize| len + end + 4)
 }
+
+mod deadlines;
+mod fair;
+mod tcp;
