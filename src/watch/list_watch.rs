@@ -231,11 +231,13 @@ where
 /// failure `f` of a watch start (`opened` false) or of an open watch,
 /// rather than from a whole new state. As client-go's reflector does: a
 /// watch start that failed resumes only after a 429 (the server answered
-/// and asked to wait); an open watch resumes after a 429, a broken stream
+/// and asked to wait) or a refused connection (nothing listens: a restart,
+/// whose missed changes the watch from the last version asks for, or
+/// answers 410 for); an open watch resumes after a 429, a broken stream
 /// (client-go takes a reset or a cut body for the watch's end) and a
 /// watch the server closed at once (relisting once a second for a proxy
 /// that closes every watch would be a list a second). After any other
-/// failure (no answer in time, no connection, a 5xx, a refusal, an ERROR
+/// failure (no answer in time, a connection that failed otherwise, a 5xx, a refusal, an ERROR
 /// event) what happened meanwhile is read whole: a watch from a version
 /// is only as good as the server's memory of the changes since it, and a
 /// server that hung, restarted or failed over may have none (issue 33: an
@@ -244,7 +246,7 @@ where
 fn resumes_after(f: &Failed, opened: bool) -> bool {
     match f.reason() {
         ErrorReason::Throttled => true,
-        ErrorReason::Transport => opened,
+        ErrorReason::Transport => opened || f.connection_refused(),
         _ => false,
     }
 }

@@ -49,6 +49,24 @@ impl Failed {
             Failed::ClosedAtOnce(_) => ErrorReason::Transport,
         }
     }
+
+    /// The server refused the connection: nothing listens (a restart), so
+    /// nothing was missed that a watch from the last version cannot ask
+    /// for. client-go's `isWatchErrorRetriable` resumes on exactly this and
+    /// on a 429.
+    pub(super) fn connection_refused(&self) -> bool {
+        let Failed::Api(e) = self else { return false };
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(err) = cause {
+            if let Some(io) = err.downcast_ref::<std::io::Error>() {
+                if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                    return true;
+                }
+            }
+            cause = err.source();
+        }
+        false
+    }
 }
 
 /// The answer of `f`, or [`Failed::Timeout`] when none came within
@@ -62,5 +80,41 @@ pub(super) async fn bounded<F: std::future::Future<Output = Result<O, kube::Erro
         Ok(Ok(o)) => Ok(o),
         Ok(Err(e)) => Err(Failed::Api(e)),
         Err(_) => Err(Failed::Timeout(limit)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    /// The error kube gives for a port where nothing listens, through the
+    /// real client stack, is a refused connection; other failures are not.
+    #[tokio::test]
+    async fn a_port_nothing_listens_on_is_a_refused_connection() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+            l.local_addr().expect("its address").port()
+        };
+        let url = format!("http://127.0.0.1:{port}").parse().expect("a URL");
+        let client = kube::Client::try_from(kube::Config::new(url)).expect("a client");
+        let err = kube::Api::<Lease>::all(client)
+            .list(&Default::default())
+            .await
+            .expect_err("nothing listens");
+        let failed = Failed::Api(err);
+        assert_eq!(failed.reason(), ErrorReason::Transport);
+        assert!(failed.connection_refused(), "{failed:?}");
+
+        let reset = Failed::Api(kube::Error::Service(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionReset,
+        ))));
+        assert!(!reset.connection_refused());
+        assert!(!Failed::Timeout(Duration::from_secs(1)).connection_refused());
+        let unavailable = Failed::Status {
+            code: 503,
+            message: String::new(),
+        };
+        assert!(!unavailable.connection_refused());
     }
 }
