@@ -9,6 +9,8 @@
 //! - [`plans`]: TerraformPlans, by the object whose apply waits for them;
 //! - [`verdicts`]: disagreements with CAPTF's own verdict, and their age.
 //!
+//! [`Index::facts`] gives the read model of one held lock ([`LockFacts`]).
+//!
 //! Watchers feed it through [`IndexResource`]: per resource type an
 //! `apply`, a `delete` and a `reset` (the end of a list). The index joins
 //! the sub-indexes, keeps holder classes up to date on every change (so a
@@ -19,6 +21,7 @@
 mod changes;
 mod classes;
 mod entries;
+mod facts;
 pub mod force_unlocks;
 mod inputs;
 mod keys;
@@ -27,7 +30,6 @@ mod overdue;
 pub mod plans;
 pub mod pods;
 pub mod policy;
-mod report;
 mod resource;
 pub mod verdicts;
 mod views;
@@ -41,14 +43,14 @@ pub use entries::{
     ForceUnlocks, LockLease, PlanEntry, PodState, TerraformCluster, TfObject,
     MAX_CONDITION_MESSAGE_BYTES, MAX_LABEL_BYTES,
 };
+pub use facts::{AgeAt, CaptfView, LockFacts, LockFilter, ObjectKnown, PodFacts};
 pub use force_unlocks::MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE;
 pub use keys::{LockKey, ObjectKey, ObjectRef};
 pub use locks::{Lock, LockState};
 pub use pods::{PodRead, ReadTicket};
-pub use report::LockFilter;
 pub use resource::{Resource, ResourceSpec};
 pub use verdicts::{Disagreement, DEFAULT_VERDICT_GRACE};
-pub use views::{CaptfView, KeyView, LockView, Mismatch, ObjectView, Overdue};
+pub use views::{KeyView, LockView, Mismatch, ObjectView, Overdue};
 
 use crate::core::classify::HolderClass;
 

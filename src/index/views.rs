@@ -164,16 +164,6 @@ impl Index {
             .collect()
     }
 
-    /// CAPTF's status of the object of a lock key, the disagreement under
-    /// way, and its pending plans (for `explain` and the lock page).
-    pub fn captf_view(&self, key: &LockKey) -> CaptfView {
-        CaptfView {
-            status: self.policy.object(key).map(|o| o.captf.clone()),
-            disagreement: self.verdicts.get(key).cloned(),
-            pending_plans: self.plans.pending_for(key).map(str::to_string).collect(),
-        }
-    }
-
     /// Effective timeouts of a lock's object; the built-in values of its
     /// kind when the object is not known.
     pub(super) fn effective_of_lock(&self, key: &LockKey, lease: &LockLease) -> Effective {
@@ -316,17 +306,6 @@ pub struct Mismatch {
     pub disagreement: Disagreement,
     /// CAPTF's condition reason as written.
     pub captf_reason: String,
-}
-
-/// What CAPTF says of one object, beside the exporter's verdict.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct CaptfView {
-    /// The object's CAPTF status; None when the object is not known.
-    pub status: Option<CaptfStatus>,
-    /// The disagreement under way, if any.
-    pub disagreement: Option<Disagreement>,
-    /// Pending TerraformPlans of the object.
-    pub pending_plans: Vec<String>,
 }
 
 /// The series of one lock key, as `/metrics` renders them.

@@ -13,8 +13,9 @@
 use serde::Serialize;
 
 use crate::core::podname::{check_pod_name, PodName};
+use crate::index::LockFacts;
 
-use super::model::{LockFacts, NotOwn, OwnVerdict};
+use super::model::{NotOwn, OwnVerdict};
 use super::shell::shq;
 
 /// The kubectl commands for this lock, placeholders filled and quoted.

@@ -1,85 +1,20 @@
-//! The data of one held lock's report: the facts it is built from
-//! ([`LockFacts`], [`PodFacts`]) and the report the pages, `locks` and
+//! The data of one held lock's report: the report the pages, `locks` and
 //! `explain` show ([`LockReport`] with its parts, and [`CaptfReport`],
-//! CAPTF's own verdict beside the exporter's).
+//! CAPTF's own verdict beside the exporter's), built from the index's read
+//! model ([`crate::index::LockFacts`]).
 //!
 //! Plain data, serialized as it is for `locks -o json`: building a report
 //! from facts is [`super::report`], and the shell commands it carries are
 //! [`super::commands`]. Kept apart so the shape of the report, which the
 //! JSON output and the pages depend on, reads in one place.
 
-use std::time::SystemTime;
-
 use serde::Serialize;
 
 use crate::core::classify::HolderClass;
 use crate::core::kind::Kind;
-use crate::core::timeouts::Resolved;
-use crate::index::{CaptfView, ForceUnlocks, LockLease, PodRead, PodState};
+use crate::index::ObjectKnown;
 
 use super::commands::Commands;
-
-/// How the lock's object is known.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ObjectKnown {
-    /// A watched (listed) Terraform* object.
-    Watched,
-    /// Not listed, but the Lease's owner labels reproduce its suffix.
-    ProvenByLabels,
-    /// Not known: kind from the labels or the suffix, name is the suffix.
-    Unknown,
-}
-
-/// What the index (or a one-shot list) knows about the holder pod.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PodFacts {
-    /// The pod name (the host after the last `@`).
-    pub name: String,
-    /// The watch cache's copy, if any.
-    pub cached: Option<PodState>,
-    /// The last live read and when it was made.
-    pub last_read: Option<(PodRead, Option<SystemTime>)>,
-}
-
-/// Everything known about one held lock, as input to [`LockReport::build`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct LockFacts {
-    /// Namespace.
-    pub namespace: String,
-    /// The object's kind when known (from the object, labels or suffix).
-    pub kind: Option<Kind>,
-    /// The kind shown (the `kind` label; "" when ambiguous).
-    pub kind_label: &'static str,
-    /// The object name shown (the `name` label).
-    pub name: String,
-    /// How the object is known.
-    pub object: ObjectKnown,
-    /// The trimmed Lease.
-    pub lease: LockLease,
-    /// The index's class verdict.
-    pub class: HolderClass,
-    /// When the lock was first seen held (age without `Created`).
-    pub first_seen_held: Option<SystemTime>,
-    /// Effective timeouts and their sources.
-    pub resolved: Resolved,
-    /// The holder pod, for holders recognised as own runner pods.
-    pub pod: Option<PodFacts>,
-    /// Force-unlock counter of the object.
-    pub force_unlocks: ForceUnlocks,
-    /// ForceUnlocked Events present in the cluster (one-shot commands).
-    pub force_unlock_events_present: Option<u64>,
-    /// What CAPTF's status says of the object.
-    pub captf: CaptfView,
-    /// Read once by a one-shot command (`locks`, `explain`), not kept up to
-    /// date by a watch: nothing was observed over time, so an age that
-    /// would come from observation is unknown, and a pod listed finished
-    /// was just read (not a cached copy).
-    pub one_shot: bool,
-    /// The exporter has not listed every kind a timeout comes from yet
-    /// (`Index::begin_start`): whether the lock is overdue is not judged.
-    pub starting: bool,
-}
 
 /// Why a holder is not one of the object's own runner pods.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -242,7 +177,7 @@ pub struct LockReport {
     /// Foreign or unknown and past lockTimeoutSeconds.
     pub overdue: bool,
     /// Not judged overdue yet: the exporter is still listing the kinds a
-    /// timeout comes from (see [`LockFacts::starting`]).
+    /// timeout comes from (see [`crate::index::LockFacts::starting`]).
     #[serde(skip)]
     pub starting: bool,
     /// The class.

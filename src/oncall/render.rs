@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::model::{source_text, CaptfReport, LockReport, ObjectKnown, OwnVerdict};
+use crate::index::ObjectKnown;
+
+use super::model::{source_text, CaptfReport, LockReport, OwnVerdict};
 use super::shell::show;
 
 /// Output format of `locks`.

@@ -10,7 +10,7 @@
 
 use std::time::SystemTime;
 
-use crate::core::classify::{is_overdue, HolderClass};
+use crate::core::classify::HolderClass;
 use crate::core::jobname::owns_pod;
 use crate::core::kind::Kind;
 use crate::core::lockinfo::holder_host;
@@ -18,12 +18,12 @@ use crate::core::podname::{check_pod_name, PodName};
 use crate::core::shown::shown;
 use crate::core::timeouts::Source;
 use crate::core::verdict::{compare, named_holder, Agreement, CaptfReason, OurVerdict};
-use crate::index::{unix_seconds, CaptfView, LockLease, PodRead};
+use crate::index::{unix_seconds, CaptfView, LockFacts, LockLease, ObjectKnown, PodFacts, PodRead};
 
 use super::commands::{plan_review, Commands};
 use super::model::{
-    CaptfReport, ConditionReport, InfoFields, LockFacts, LockReport, NotOwn, ObjectKnown,
-    OwnVerdict, PendingPlan, PodFacts, PodReport, Sourced,
+    CaptfReport, ConditionReport, InfoFields, LockReport, NotOwn, OwnVerdict, PendingPlan,
+    PodReport, Sourced,
 };
 
 /// Builds [`CaptfReport`] for the object in `namespace` with the given
@@ -253,16 +253,10 @@ impl LockReport {
             _ => f.kind.map(|k| (k, f.name.as_str())),
         };
         let own = own_verdict(lease, owner);
-        let (age, age_source) = lease
-            .age(now, f.first_seen_held, Some(f.class))
-            .map_or((0.0, "observed"), |(a, s)| (a, s.as_str()));
-        // A one-shot command saw the lock once: an observed age would be 0.
-        let age_known = !(f.one_shot && age_source == "observed");
-        let age = if age_known { age } else { 0.0 };
+        let age = f.age(now);
         let eff = f.resolved.effective;
         let src = f.resolved.sources;
-        let overdue =
-            age_known && !f.starting && is_overdue(f.class, age, eff.lock_timeout_seconds);
+        let overdue = f.overdue(now);
         let ns = &f.namespace;
         let lease_name = lease.lease_name();
         let host = lease
@@ -321,9 +315,9 @@ impl LockReport {
             pod: f.pod.as_ref().map(|p| pod_report(p, f.one_shot)),
             lock_timeout: sourced(eff.lock_timeout_seconds, src.lock_timeout_seconds),
             active_deadline: sourced(eff.active_deadline_seconds, src.active_deadline_seconds),
-            age_seconds: age,
-            age_source,
-            age_known,
+            age_seconds: age.seconds,
+            age_source: age.source.as_str(),
+            age_known: age.known,
             overdue,
             starting: f.starting,
             class: f.class,

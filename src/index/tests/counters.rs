@@ -249,3 +249,36 @@ fn one_event_update_moves_a_counter_by_a_bounded_amount() {
     ix.feed(Resource::Events, fu_event("e1", "web", 3, 8.0));
     assert_eq!(total(&ix), 3 * MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE + 4);
 }
+
+/// Whether `/metrics` draws the lock of TerraformMachine `name` overdue at `now`.
+fn view_overdue(ix: &Index, name: &str, now: SystemTime) -> Option<bool> {
+    let key = LockKey::new(NS, state_suffix(NS, Kind::TerraformMachine, name));
+    ix.with_view_of(&key, |v| match v {
+        KeyView::Lock(l) => {
+            let (age, _) = l.age(now)?;
+            Some(l.overdue(l.state.class?, age))
+        }
+        KeyView::Object(_) => None,
+    })
+    .flatten()
+}
+
+#[test]
+fn the_read_model_judges_overdue_as_metrics_does() {
+    let mut ix = index_with_alices_lock_on_a();
+    let key = LockKey::new(NS, state_suffix(NS, Kind::TerraformMachine, "a"));
+    let facts = |ix: &Index| ix.facts(&key).expect("a's lock is held");
+    for (secs, overdue) in [(59, false), (61, true)] {
+        let now = t0() + Duration::from_secs(secs);
+        assert_eq!(facts(&ix).overdue(now), overdue, "at {secs} s");
+        assert_eq!(view_overdue(&ix, "a", now), Some(overdue), "at {secs} s");
+    }
+    // While the timeouts are pending, neither judges it.
+    ix.begin_start();
+    let late = t0() + Duration::from_secs(61);
+    assert!(facts(&ix).starting);
+    assert!(!facts(&ix).overdue(late));
+    assert_eq!(view_overdue(&ix, "a", late), Some(false));
+    ix.finish_start(late);
+    assert!(facts(&ix).overdue(late));
+}

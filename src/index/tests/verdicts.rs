@@ -198,8 +198,8 @@ fn the_same_foreign_holder_agrees_and_another_one_does_not() {
     );
 }
 
-#[test]
-fn captf_read_but_a_foreign_holder_and_an_own_runner_under_captf_locked() {
+/// CAPTF says it read `web`'s state while alice holds its lock (at 0 s).
+fn read_but_held_by_alice() -> Index {
     let mut ix = new_index();
     let m = Kind::TerraformMachine;
     feed_at(
@@ -214,6 +214,13 @@ fn captf_read_but_a_foreign_holder_and_an_own_runner_under_captf_locked() {
         lease_change(m, "web", Some(info("alice@laptop"))),
         0,
     );
+    ix
+}
+
+#[test]
+fn captf_read_but_a_foreign_holder_and_an_own_runner_under_captf_locked() {
+    let mut ix = read_but_held_by_alice();
+    let m = Kind::TerraformMachine;
     let r = tick(&mut ix, 601);
     assert_eq!(
         r.first().map(|r| r.disagreement.difference.clone()),
@@ -305,4 +312,17 @@ fn a_pending_plan_names_the_object_it_holds_up() {
     feed_at(&mut ix, Resource::TerraformPlans, plan(true), 2);
     relist(&mut ix, Resource::TerraformPlans, Some(NS), vec![], at(3));
     assert!(plans_of(&ix).is_empty(), "a relist without it deletes it");
+}
+
+#[test]
+fn the_read_model_says_mismatch_as_metrics_does() {
+    let mut ix = read_but_held_by_alice();
+    let m = Kind::TerraformMachine;
+    let key = LockKey::new(NS, state_suffix(NS, m, "web"));
+    let facts_say = |ix: &Index| ix.facts(&key).map(|f| f.mismatch());
+    assert_eq!(facts_say(&ix), Some(false));
+    assert_eq!(mismatch(&ix, m, "web"), Some(false));
+    assert_eq!(tick(&mut ix, 601).len(), 1);
+    assert_eq!(facts_say(&ix), Some(true));
+    assert_eq!(mismatch(&ix, m, "web"), Some(true));
 }

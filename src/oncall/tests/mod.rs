@@ -19,7 +19,8 @@ use super::*;
 use crate::core::lockinfo::parse_lock_info;
 use crate::core::timeouts::{resolve, ClusterPolicies, JobsPolicy};
 use crate::index::{
-    CaptfStatus, CaptfView, ForceUnlocks, LockLease, PodRead, PodState, StateReadable,
+    CaptfStatus, CaptfView, ForceUnlocks, LockFacts, LockLease, ObjectKnown, PodFacts, PodRead,
+    PodState, StateReadable,
 };
 
 pub(super) const NS: &str = "team-a";
