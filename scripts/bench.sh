@@ -7,8 +7,15 @@
 #   scripts/bench.sh --ksm [...]    the exporter beside kube-state-metrics on a real kube-apiserver
 #                                   (runs scripts/bench-ksm.sh with the rest of the arguments).
 #
-# Extra flags for tools/bench/bench.py go after `--`, e.g. `scripts/bench.sh 10000 -- --idle-seconds 60`.
-# Logs and kubeconfigs go to $BENCH_WORKDIR (default: a fresh temporary directory).
+#   scripts/bench.sh --exporter old=PATH --exporter new=PATH [sizes...]
+#                                   each binary in turn per size (issue 35's before/after from one
+#                                   run, side by side); BENCH_OLD=PATH does the same with
+#                                   old=PATH and new=the binary built here.
+#
+# Extra flags for tools/bench/bench.py go after `--`, e.g. `scripts/bench.sh 10000 -- --idle-seconds 60`
+# or `-- --rounds 2`. Logs and kubeconfigs go to $BENCH_WORKDIR (default: a fresh temporary directory).
+# BENCH_BIN_DIR=DIR takes captf-lock-exporter and examples/fake_api from DIR (a release target
+# directory built elsewhere) and skips the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,11 +27,13 @@ fi
 smoke=0
 sizes=()
 extra=()
+exporters=()
 while (($#)); do
   case "$1" in
     --smoke) smoke=1 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --exporter) exporters+=(--exporter "$2"); shift ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) sizes+=("$1") ;;
   esac
   shift
@@ -36,7 +45,17 @@ elif ((${#sizes[@]} == 0)); then
   sizes=(1000 10000 100000)
 fi
 
-cargo build --release --locked --examples --bins
+bin_dir="${BENCH_BIN_DIR:-target/release}"
+if [[ -z "${BENCH_BIN_DIR:-}" ]]; then
+  cargo build --release --locked --examples --bins
+fi
+if ((${#exporters[@]} == 0)); then
+  if [[ -n "${BENCH_OLD:-}" ]]; then
+    exporters=(--exporter "old=$BENCH_OLD" --exporter "new=$bin_dir/captf-lock-exporter")
+  else
+    exporters=(--exporter "$bin_dir/captf-lock-exporter")
+  fi
+fi
 
 if ((!smoke)) && ! command -v prometheus >/dev/null; then
   echo "installing Prometheus (Debian prometheus 2.42) for the largest size" >&2
@@ -50,8 +69,8 @@ fi
 py_pid=""
 trap '[[ -n "$py_pid" ]] && kill -TERM "$py_pid" 2>/dev/null; wait "$py_pid" 2>/dev/null' INT TERM
 python3 tools/bench/bench.py \
-  --exporter target/release/captf-lock-exporter \
-  --fake-api target/release/examples/fake_api \
+  "${exporters[@]}" \
+  --fake-api "$bin_dir/examples/fake_api" \
   ${BENCH_WORKDIR:+--workdir "$BENCH_WORKDIR"} \
   "${extra[@]}" "${sizes[@]}" &
 py_pid=$!

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Issue-9 benchmark driver: the real exporter binary against the fake API server.
 
-Started by scripts/bench.sh (which builds the release binaries first). Per fleet size it starts
-``fake_api`` and the exporter, measures over HTTP and /proc, stops both by PID, and at the end prints
-one Markdown table (plus the API-request breakdown and, at the largest size, what a real Prometheus
-2.42 saw). Nothing here asserts a time: the figures are printed, not judged. Every wait polls a
+Started by scripts/bench.sh (which builds the release binaries first). Per fleet size (and per
+exporter binary and round, alternating binaries: ``--exporter old=PATH --exporter new=PATH``) it
+starts ``fake_api`` and the exporter, measures over HTTP and /proc, stops both by PID, and at the
+end prints one Markdown table (plus the API-request breakdown and, at the largest size, what a real
+Prometheus 2.42 saw), then issue 35's figures per size with one column per binary. Nothing here asserts a time: the figures are printed, not judged. Every wait polls a
 condition against a deadline.
 
 Only the standard library and aiohttp.
@@ -19,6 +20,7 @@ import gzip
 import json
 import os
 import platform
+import random
 import re
 import shutil
 import signal
@@ -37,6 +39,9 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the shared procs module
 from procs import free_port, start, stop, stop_all  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_report import details, figures, table  # noqa: E402
 
 PROM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
@@ -219,11 +224,20 @@ def metric_line(body: bytes, metric: str, namespace: str, name: str) -> bytes | 
         start = k + 1
 
 
-async def change_latency(session, api, metrics_url, path: str, key: str, before, done) -> float:
-    """POSTs a change to the fake API, then scrapes back to back until ``done(body)``. Returns the
-    time from the POST to the end of the first scrape that shows it (an upper bound: it includes
-    that scrape). ``before(body)`` must hold first, so a wrong pick cannot pass at once."""
-    _, body, _ = await timed_get(session, metrics_url, PLAIN)
+def decoded(body: bytes, hdrs: dict) -> bytes:
+    """The exposition text of a response read with ``auto_decompress=False`` (gzip is told by the
+    header or, whatever the header's spelling, by the gzip magic bytes)."""
+    gz = hdrs.get("Content-Encoding", "").lower() == "gzip" or body[:2] == b"\x1f\x8b"
+    return gzip.decompress(body) if gz else body
+
+
+async def change_latency(session, api, metrics_url, path: str, key: str, before, done, headers=PLAIN) -> float:
+    """POSTs a change to the fake API, then scrapes back to back (with ``headers``: plain or gzip)
+    until ``done(body)``. Returns the time from the POST to the end of the first scrape that shows
+    it (an upper bound: it includes that scrape, and for gzip the client's decompression of the
+    scrapes before it). ``before(body)`` must hold first, so a wrong pick cannot pass at once."""
+    _, body, hdrs = await timed_get(session, metrics_url, headers)
+    body = decoded(body, hdrs)
     if not before(body) or done(body):
         raise RuntimeError(f"{path}?{key}: /metrics does not show the state before the change")
     t0 = time.perf_counter()
@@ -232,15 +246,17 @@ async def change_latency(session, api, metrics_url, path: str, key: str, before,
             raise RuntimeError(f"POST {path}?{key}: {r.status} {await r.text()}")
     deadline = t0 + 60
     while time.perf_counter() < deadline:
-        _, body, _ = await timed_get(session, metrics_url, PLAIN)
-        if done(body):
+        _, body, hdrs = await timed_get(session, metrics_url, headers)
+        if done(decoded(body, hdrs)):
             return time.perf_counter() - t0
     raise TimeoutError(f"change {path}?{key} not shown on /metrics within 60 s")
 
 
-async def churn_battery(session, api, metrics_url, lease: str, n: int) -> tuple[list[float], int]:
-    """``n`` sequential scrapes while ``lease`` is released and taken again every 100 ms; returns
-    the scrape times and how many changes were made meanwhile."""
+async def churn_battery(session, api, metrics_url, lease: str, n: int, headers=PLAIN) -> tuple[list[float], int]:
+    """``n`` sequential scrapes (with ``headers``) while ``lease`` is released and taken again every
+    100 ms; returns the scrape times and how many changes were made meanwhile. Each scrape starts
+    after a pause drawn from [0, 100 ms) (seeded), so the scrapes span about one change each at a
+    random phase to it, instead of a burst that a quick scrape finishes between two changes."""
     stop_churn = asyncio.Event()
     made = 0
 
@@ -264,8 +280,12 @@ async def churn_battery(session, api, metrics_url, lease: str, n: int) -> tuple[
                 pass
 
     task = asyncio.create_task(churner())
+    pauses = random.Random(n)
     try:
-        lat = await sequential(session, metrics_url, PLAIN, n)
+        lat = []
+        for _ in range(n):
+            await asyncio.sleep(pauses.uniform(0, 0.1))
+            lat += await sequential(session, metrics_url, headers, 1)
     finally:
         stop_churn.set()
         await task
@@ -276,11 +296,15 @@ async def churn_battery(session, api, metrics_url, lease: str, n: int) -> tuple[
 # One fleet size
 # ------------------------------------------------------------------------------------------------
 
-async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
-    res: dict = {"objects": n}
+async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: str, exporter_path: str,
+                   tag: str) -> dict:
+    """One run: a fresh fake API of ``n`` objects (so every binary and round starts from the same
+    fleet: the change and churn phases edit it), one exporter (``exporter_path``, named ``binary``
+    in the tables), every phase. ``tag`` names the log files."""
+    res: dict = {"objects": n, "binary": binary}
     api_port = free_port()
     api = f"http://127.0.0.1:{api_port}"
-    api_log = workdir / f"fake_api-{n}.log"
+    api_log = workdir / f"fake_api-{tag}.log"
     fake = start([args.fake_api, "--objects", str(n), "--held-fraction", str(args.held_fraction),
                   "--port", str(api_port)], api_log)
     exporter = prom = None
@@ -322,9 +346,9 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
         metrics_url = base + "/metrics"
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
-        ex_log = workdir / f"exporter-{n}.log"
+        ex_log = workdir / f"exporter-{tag}.log"
         t_start = time.perf_counter()
-        exporter = start([args.exporter, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
+        exporter = start([exporter_path, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
                           "--plain-http", "--auth=none", "--log-level", "warn"], ex_log, env=env)
         pid = exporter.pid
 
@@ -342,7 +366,7 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
         res["hwm_ready_mib"] = status_kib(pid, "VmHWM") / 1024
         async with session.get(api + "/_stats") as r:
             stats_ready = json.loads(await r.read())
-        log(f"{n}: ready in {res['ready_s']:.2f} s, RSS {res['rss_ready_mib']:.0f} MiB")
+        log(f"{tag}: ready in {res['ready_s']:.2f} s, RSS {res['rss_ready_mib']:.0f} MiB")
 
         # Stale verdicts wait for paced live pod reads (--pod-read-rate); the
         # steady state starts once none is pending (no own_unverified lock).
@@ -352,7 +376,7 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
             return 'captf_state_locks_held{class="own_unverified"} 0' in text
         await wait_for(settled, 900, "every stale verdict confirmed", interval=0.5)
         res["settled_s"] = time.perf_counter() - t_ready
-        log(f"{n}: stale verdicts settled {res['settled_s']:.1f} s after ready")
+        log(f"{tag}: stale verdicts settled {res['settled_s']:.1f} s after ready")
 
         big = n >= 50_000
         seq_n = args.scrapes or (50 if big else 100)
@@ -374,19 +398,33 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
         res["gzip_served"] = gz_hdrs.get("Content-Encoding", "").lower() == "gzip"
         if res["gzip_served"]:
             res["gzip_bytes"] = len(gz_body)
-            res["gzip_roundtrip_ok"] = gzip.decompress(gz_body).startswith(b"#")
-            gz = await sequential(session, metrics_url, GZIP, min(seq_n, 20))
+            text = gzip.decompress(gz_body)
+            res["gzip_roundtrip_ok"] = text.startswith(b"#")
+            # The served body against the same text (the same generation) compressed whole at
+            # once, at zlib's default level 6 (issue 35: at most 1.2x).
+            res["gzip_whole6_bytes"] = len(gzip.compress(text, compresslevel=6, mtime=0))
+            res["gzip_ratio"] = res["gzip_bytes"] / res["gzip_whole6_bytes"]
+            gz = await sequential(session, metrics_url, GZIP, seq_n)
             res["gzip_p50_ms"] = pct(gz, 50) * 1e3
+            res["gzip_p99_ms"] = pct(gz, 99) * 1e3
         else:
             res["gzip_bytes"] = len(gzip.compress(body, compresslevel=1))
 
-        # The static-bytes anchor: the same bytes from a static handler, same client.
-        async with session.put(api + "/_static", data=body) as r:
-            await r.read()
-        static = await sequential(session, api + "/_static", PLAIN, seq_n)
+        # The static-bytes anchors: the same bytes from a static handler, same client; for gzip
+        # the served gzip body, read with the gzip request headers (the fake API sends it without
+        # Content-Encoding, which this client does not decode anyway: the bytes moved are the same).
+        async def static_run(data: bytes, headers: dict) -> list[float]:
+            async with session.put(api + "/_static", data=data) as r:
+                await r.read()
+            return await sequential(session, api + "/_static", headers, seq_n)
+        static = await static_run(body, PLAIN)
         res["static_p50_ms"] = pct(static, 50) * 1e3
         res["static_p99_ms"] = pct(static, 99) * 1e3
         res["ratio_p99"] = res["seq_p99_ms"] / res["static_p99_ms"]
+        if res["gzip_served"]:
+            static_gz = await static_run(gz_body, GZIP)
+            res["static_gzip_p50_ms"] = pct(static_gz, 50) * 1e3
+            res["static_gzip_p99_ms"] = pct(static_gz, 99) * 1e3
 
         # 10 concurrent scrapers.
         with PeakRss(pid) as ten:
@@ -428,6 +466,7 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
             stats_2 = json.loads(await r.read())
         res["idle_window_s"] = t2 - t1
         res["idle_cpu_pct"] = (c2 - c1) / (t2 - t1) * 100
+        res["rss_rest_mib"] = status_kib(pid, "VmRSS") / 1024  # "RSS at rest": after the quiet window
 
         def req(stats, verb=None, what=None):
             out = 0
@@ -445,49 +484,54 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool) -> dict:
             sum(base_stats.get("get_not_found", {}).values())
         res["lists_to_ready"] = req(stats_ready, "list") - req(base_stats, "list")
 
-        # Change to metric: release held locks (a workstation, an own-pod holder, ...).
+        # Change to metric, plain and (when served) gzip, each on locks of its own: release held
+        # locks (two workstations, one gone own pod), and a runner pod turning Failed (the lock's
+        # class becomes own_stale).
         def held_metric(h, value: bytes):
             def check(body):
                 line = metric_line(body, "captf_state_lock_held", h["namespace"], h["name"])
                 return line is not None and line.rsplit(b" ", 1)[-1] in (value, value + b".0")
             return check
-        picks = [h for h in held if h["holder"] == "workstation"][:2] + \
-                [h for h in held if h["holder"] == "own_pod_gone"][:1]
-        lat = []
-        for h in picks[:args.changes]:
-            lat.append(await change_latency(session, api, metrics_url, "/_change/release",
-                                            "lease=" + urllib.parse.quote(h["lease"], safe=""),
-                                            held_metric(h, b"1"), held_metric(h, b"0")))
-        res["release_ms"] = [x * 1e3 for x in lat]
-        res["release_median_ms"] = statistics.median(lat) * 1e3 if lat else None
 
-        # A runner pod turning Failed: the lock's class becomes own_stale.
         def of_class(h, cls: str):
             def check(body):
                 line = metric_line(body, "captf_state_lock_acquired_timestamp_seconds", h["namespace"], h["name"])
                 return line is not None and f'class="{cls}"'.encode() in line
             return check
-        alive = [h for h in held if h["holder"] == "own_pod_alive"][:args.changes]
-        lat = []
-        for h in alive:
-            lat.append(await change_latency(session, api, metrics_url, "/_change/pod-failed",
-                                            "pod=" + urllib.parse.quote(h["pod"], safe=""),
-                                            of_class(h, "own_live"), of_class(h, "own_stale")))
-        res["pod_failed_ms"] = [x * 1e3 for x in lat]
-        res["pod_failed_median_ms"] = statistics.median(lat) * 1e3 if lat else None
-        all_changes = res["release_ms"] + res["pod_failed_ms"]
-        res["change_p99_ms"] = pct(all_changes, 99) if all_changes else None
+
+        def holders(kind: str) -> list[dict]:
+            return [h for h in held if h["holder"] == kind]
+        encodings = [("", PLAIN)] + ([("gzip_", GZIP)] if res["gzip_served"] else [])
+        for i, (pre, headers) in enumerate(encodings):
+            picks = holders("workstation")[2 * i:2 * i + 2] + holders("own_pod_gone")[i:i + 1]
+            lat = []
+            for h in picks[:args.changes]:
+                lat.append(await change_latency(session, api, metrics_url, "/_change/release",
+                                                "lease=" + urllib.parse.quote(h["lease"], safe=""),
+                                                held_metric(h, b"1"), held_metric(h, b"0"), headers))
+            res[pre + "release_ms"] = [x * 1e3 for x in lat]
+            res[pre + "release_median_ms"] = statistics.median(lat) * 1e3 if lat else None
+            lat = []
+            for h in holders("own_pod_alive")[i * args.changes:(i + 1) * args.changes]:
+                lat.append(await change_latency(session, api, metrics_url, "/_change/pod-failed",
+                                                "pod=" + urllib.parse.quote(h["pod"], safe=""),
+                                                of_class(h, "own_live"), of_class(h, "own_stale"), headers))
+            res[pre + "pod_failed_ms"] = [x * 1e3 for x in lat]
+            res[pre + "pod_failed_median_ms"] = statistics.median(lat) * 1e3 if lat else None
+            all_changes = res[pre + "release_ms"] + res[pre + "pod_failed_ms"]
+            res[pre + "change_p99_ms"] = pct(all_changes, 99) if all_changes else None
 
         # The churn battery: the same sequential scrapes while one lock is released and taken
-        # again every 100 ms (issue 17: a scrape must not wait on the render a change causes).
-        # A workstation lock the change-to-metric picks above left alone.
-        spare = [h for h in held if h["holder"] == "workstation"][2:] or held[-1:]
-        churn_lease = spare[0]["lease"]
-        churn, churn_changes = await churn_battery(session, api, metrics_url, churn_lease, seq_n)
-        res["churn_n"] = len(churn)
-        res["churn_changes"] = churn_changes
-        res["churn_p50_ms"] = pct(churn, 50) * 1e3
-        res["churn_p99_ms"] = pct(churn, 99) * 1e3
+        # again every 100 ms (issue 17: a scrape must not wait on the render a change causes),
+        # plain and gzip, each on a workstation lock the change-to-metric picks above left alone.
+        spare = holders("workstation")[4:] or held[-2:]
+        for i, (pre, headers) in enumerate(encodings):
+            lease = spare[min(i, len(spare) - 1)]["lease"]
+            churn, churn_changes = await churn_battery(session, api, metrics_url, lease, seq_n, headers)
+            res[pre + "churn_n"] = len(churn)
+            res[pre + "churn_changes"] = churn_changes
+            res[pre + "churn_p50_ms"] = pct(churn, 50) * 1e3
+            res[pre + "churn_p99_ms"] = pct(churn, 99) * 1e3
         res["scrape_after_changes_ms"] = (await timed_get(session, metrics_url, PLAIN))[0] * 1e3
 
         if with_prometheus:
@@ -539,88 +583,14 @@ async def prometheus_run(args, port: int, workdir: Path) -> dict:
         stop(p)
 
 
-# ------------------------------------------------------------------------------------------------
-# Output
-# ------------------------------------------------------------------------------------------------
-
-def fmt_ms(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    if x >= 1000:
-        return f"{x / 1000:.2f} s"
-    if x >= 10:
-        return f"{x:.0f} ms"
-    return f"{x:.2f} ms"
-
-
-def fmt_size(b: float) -> str:
-    return f"{b / 1e6:.1f} MB" if b >= 1e6 else f"{b / 1e3:.0f} kB"
-
-
-def fleet_label(n: int) -> str:
-    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
-
-
-def table(results: list[dict]) -> str:
-    head = ["fleet (objects / Leases / held)", "plain fetch of all lists", "ready (CPU s); verdicts settled", "RSS ready / peak",
-            "scrape p50 / p99", "static bytes p99", "ratio", "10 concurrent scrapers",
-            "peak RSS 1 vs 16 concurrent", "exposition plain / gzip", "change→metric release / pod Failed (p99)",
-            "scrape p50 / p99, a change every 100 ms",
-            "idle CPU", "API req/min"]
-    rows = []
-    for r in results:
-        gz = fmt_size(r["gzip_bytes"]) + (" (served)" if r["gzip_served"] else " (not served; gzip -1)")
-        rows.append([
-            f"{fleet_label(r['objects'])} / {r['leases']} / {r['held']}",
-            f"{fmt_ms(r['fetch_s'] * 1e3)} ({fmt_size(r['fetch_bytes'])}, {r['fetch_requests']} pages)",
-            f"{r['ready_s']:.2f} s ({r['ready_cpu_s']:.2f}); settled +{r.get('settled_s', 0):.0f} s",
-            f"{r['rss_ready_mib']:.0f} / {max(r['hwm_ready_mib'], r['c10_peak_mib'], r['c16_peak_mib']):.0f} MiB",
-            f"{fmt_ms(r['seq_p50_ms'])} / {fmt_ms(r['seq_p99_ms'])}",
-            fmt_ms(r["static_p99_ms"]),
-            f"{r['ratio_p99']:.0f}x",
-            f"p50 {fmt_ms(r['c10_p50_ms'])}, p99 {fmt_ms(r['c10_p99_ms'])}, peak RSS {r['c10_peak_mib']:.0f} MiB",
-            f"{r['peak_1_mib']:.0f} / {r['c16_peak_mib']:.0f} MiB ({r['c16_peak_mib'] / max(r['peak_1_mib'], 1):.1f}x)",
-            f"{fmt_size(r['plain_bytes'])} / {gz}",
-            f"{fmt_ms(r['release_median_ms'])} / {fmt_ms(r['pod_failed_median_ms'])} ({fmt_ms(r['change_p99_ms'])})",
-            f"{fmt_ms(r['churn_p50_ms'])} / {fmt_ms(r['churn_p99_ms'])} ({r['churn_changes']} changes)",
-            f"{r['idle_cpu_pct']:.1f} %",
-            f"{r['req_per_min']:.1f}",
-        ])
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def details(results: list[dict]) -> str:
-    out = []
-    for r in results:
-        out.append(f"- {fleet_label(r['objects'])}: items served {r['items']}; list bytes "
-                   f"{ {k: fmt_size(v) for k, v in r['api_bytes'].items()} }; list pages to ready "
-                   f"{r['lists_to_ready']}; pod GETs in the first 10 s after ready {r['pod_gets_first_10s']}, "
-                   f"{r['pod_gets_total']} in all ({r['pod_gets_404']} answered 404); requests in the {r['idle_window_s']:.0f} s window "
-                   f"{r['req_breakdown_window']}; sequential scrapes {r['seq_n']}, concurrent {r['c10_n']}; "
-                   f"release latencies {[round(x) for x in r['release_ms']]} ms, pod-failed "
-                   f"{[round(x) for x in r['pod_failed_ms']]} ms; RSS after scrapes {r['rss_after_scrapes_mib']:.0f} MiB"
-                   + (f"; gzip scrape p50 {fmt_ms(r['gzip_p50_ms'])}, gzip body decompresses to an exposition: "
-                      f"{r['gzip_roundtrip_ok']}" if r["gzip_served"] else "")
-                   + f"; Content-Type {r['content_type']!r}")
-        p = r.get("prometheus")
-        if p:
-            if "error" in p:
-                out.append(f"- Prometheus at {fleet_label(r['objects'])}: {p['error']}")
-            else:
-                d = p["scrape_duration_seconds"]
-                out.append(f"- Prometheus 2.42 at {fleet_label(r['objects'])}: scrape_duration_seconds "
-                           f"{', '.join(f'{x:.2f}' for x in d)} s; scrape_samples_scraped "
-                           f"{', '.join(f'{x:.0f}' for x in p['scrape_samples_scraped'])}; up "
-                           f"{', '.join(f'{x:.0f}' for x in p['up'])}")
-    return "\n".join(out)
-
-
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("sizes", nargs="*", type=int, default=[1000, 10000, 100000])
-    ap.add_argument("--exporter", required=True)
+    ap.add_argument("--exporter", required=True, action="append", metavar="[NAME=]PATH",
+                    help="the exporter binary; give it several times (e.g. old=PATH new=PATH) to run each "
+                         "in turn per size and round, with a side-by-side table of the issue-35 figures")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of every binary per size, alternating binaries (old, new, old, new, ...)")
     ap.add_argument("--fake-api", required=True)
     ap.add_argument("--held-fraction", type=float, default=0.1)
     ap.add_argument("--scrapes", type=int, default=0, help="sequential scrapes (default 100; 50 from 50k objects)")
@@ -631,6 +601,14 @@ async def main() -> int:
     ap.add_argument("--workdir", default="")
     ap.add_argument("--json", default="", help="also write the results here")
     args = ap.parse_args()
+    exporters = []
+    for spec in args.exporter:
+        name, sep, path = spec.partition("=")
+        if not sep or "/" in name:
+            name, path = (Path(spec).name if len(args.exporter) > 1 else "exporter"), spec
+        exporters.append((name, path))
+    if len({name for name, _ in exporters}) != len(exporters):
+        ap.error("--exporter: give each binary its own NAME (NAME=PATH)")
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="captf-bench-"))
@@ -641,7 +619,11 @@ async def main() -> int:
     try:
         for n in args.sizes:
             last = n == max(args.sizes)
-            results.append(await run_size(args, n, workdir, args.prometheus == "yes" and last))
+            for rnd in range(args.rounds):
+                for name, path in exporters:
+                    tag = f"{n}" + (f"-{name}" if len(exporters) > 1 else "") + (f"-r{rnd + 1}" if args.rounds > 1 else "")
+                    results.append(await run_size(args, n, workdir, args.prometheus == "yes" and last and rnd == 0,
+                                                  name, path, tag))
     finally:
         stop_all()
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -651,6 +633,8 @@ async def main() -> int:
     print(table(results))
     print()
     print(details(results))
+    print()
+    print(figures(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
