@@ -12,7 +12,8 @@ use crate::core::kind::Kind;
 
 use super::model::{LockReport, OwnVerdict};
 use super::render::human_duration;
-use super::shell::{has_control, shq};
+use super::shell::shq;
+use crate::core::shown::has_hidden;
 
 /// Labels the kubernetes backend sets itself on the Lease and the state
 /// Secrets; every other label of the Lease came from the Job's `labels`.
@@ -277,7 +278,7 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
     };
     let id_note = if let Some((_, len)) = cut {
         format!("     (spec.holderIdentity is {len} bytes, shown cut above: the command reads it whole from the\n     Lease: {})\n", r.commands.confirm)
-    } else if has_control(&r.raw_holder_identity) {
+    } else if has_hidden(&r.raw_holder_identity) {
         "     (the holderIdentity holds control, bidi or zero-width characters: written above as\n     $'...' with octal escapes, which bash, zsh, ksh and busybox sh read, dash does not)\n".into()
     } else {
         String::new()

@@ -49,12 +49,6 @@ fn dollar_quote(s: &str) -> String {
     out
 }
 
-/// Whether a value holds characters the shown form escapes (and [`shq`]
-/// writes as `$'…'`).
-pub fn has_control(s: &str) -> bool {
-    has_hidden(s)
-}
-
 /// A value for display on a terminal: hidden characters escaped
 /// ([`crate::core::shown::shown`]).
 pub fn show(s: &str) -> String {
@@ -76,7 +70,7 @@ mod tests {
         assert_eq!(shq("a b"), "'a b'");
         assert_eq!(shq("$(rm -rf /)"), "'$(rm -rf /)'");
         assert_eq!(shq("it's"), r"'it'\''s'");
-        assert!(has_control("a\nb"));
+        assert!(has_hidden("a\nb"));
         assert_eq!(show("a\nb"), "a\\u{a}b");
     }
 
