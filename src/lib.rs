@@ -2,26 +2,26 @@
 //! Leases of CAPTF (Cluster API Provider Terraform).
 //!
 //! The flow is one-way: `watch` turns API objects into trimmed entries and
-//! feeds them to the `index`; the `verify` task confirms stale verdicts with
+//! feeds them to the `index`; the `pod_reads` task confirms stale verdicts with
 //! live pod reads; `metrics` renders the index at scrape time; `server`
 //! serves it. `core` holds the pure rules mirrored from CAPTF. `shared` is
-//! the state those tasks share, `supervise` keeps them running, `overdue`
+//! the state those tasks share, `supervise` keeps them running, `deadlines`
 //! logs overdue locks. See docs/architecture.md.
 #![warn(missing_docs)]
 
 pub mod cli;
 pub mod client;
 pub mod core;
+pub mod deadlines;
 pub mod demo;
 pub mod fuzzing;
 pub mod health;
 pub mod index;
 pub mod metrics;
 pub mod oncall;
-pub mod overdue;
 pub mod pages;
+pub mod pod_reads;
 pub mod server;
 pub mod shared;
 pub mod supervise;
-pub mod verify;
 pub mod watch;

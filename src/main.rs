@@ -9,7 +9,7 @@ use captf_lock_exporter::client::{self, ApiLink};
 use captf_lock_exporter::shared::Shared;
 use captf_lock_exporter::supervise::{Stopped, Supervisor};
 use captf_lock_exporter::watch::Timing;
-use captf_lock_exporter::{demo, server, verify, watch};
+use captf_lock_exporter::{demo, pod_reads, server, watch};
 use clap::Parser;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -134,11 +134,11 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     }
     tasks.spawn(
         "overdue checker",
-        captf_lock_exporter::overdue::run(shared.clone(), std::time::Duration::from_secs(1)),
+        captf_lock_exporter::deadlines::run(shared.clone(), std::time::Duration::from_secs(1)),
     );
     tasks.spawn(
         "pod verifier",
-        verify::run(
+        pod_reads::run(
             shared.clone(),
             client,
             confirm_rx,

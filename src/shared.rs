@@ -32,7 +32,7 @@ pub struct Shared {
     /// Watch health and self-metrics.
     pub health: Arc<Health>,
     /// Holder pods to confirm with a live read.
-    pub confirm_tx: mpsc::UnboundedSender<ObjectKey>,
+    pub pod_reads: mpsc::UnboundedSender<ObjectKey>,
     /// What the API server's answers taught about the connection
     /// (Retry-After, a pool to drop after a timeout).
     pub api: Arc<ApiLink>,
@@ -48,14 +48,14 @@ pub struct Shared {
 impl Shared {
     /// New shared state and the receiving end of the confirmation queue.
     pub fn new() -> (Arc<Shared>, mpsc::UnboundedReceiver<ObjectKey>) {
-        let (confirm_tx, confirm_rx) = mpsc::unbounded_channel();
+        let (pod_reads, confirm_rx) = mpsc::unbounded_channel();
         let shared = Shared {
             index: RwLock::new(Index::new()),
             generation: tokio::sync::watch::channel(0).0,
             sinks: Mutex::new(Vec::new()),
             clock: tokio::sync::Notify::new(),
             health: Arc::new(Health::new()),
-            confirm_tx,
+            pod_reads,
             api: Arc::new(ApiLink::new()),
             watch_list: crate::watch::WatchList::default(),
             wire: crate::watch::Wire::default(),
@@ -154,7 +154,7 @@ impl Shared {
         for pod in fx.confirm {
             // The receiver lives as long as the process; a send error only
             // happens during shutdown.
-            let _ = self.confirm_tx.send(pod);
+            let _ = self.pod_reads.send(pod);
         }
     }
 }

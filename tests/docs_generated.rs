@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use captf_lock_exporter::cli::Cli;
+use captf_lock_exporter::core::captf_verdict::CaptfReason;
 use captf_lock_exporter::core::classify::HolderClass;
 use captf_lock_exporter::core::kind::Kind;
-use captf_lock_exporter::core::verdict::CaptfReason;
 use captf_lock_exporter::health::Health;
 use captf_lock_exporter::index::Resource;
 use captf_lock_exporter::metrics::{family_docs, FamilyDoc};

@@ -6,6 +6,7 @@
 //! match CAPTF (a Go program) byte for byte can be unit-tested in isolation,
 //! and the watchers and the metrics layer stay thin.
 
+pub mod captf_verdict;
 pub mod classify;
 pub mod jobname;
 pub mod kind;
@@ -14,4 +15,3 @@ pub mod podname;
 pub mod shown;
 pub mod suffix;
 pub mod timeouts;
-pub mod verdict;

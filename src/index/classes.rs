@@ -5,10 +5,10 @@ use std::time::SystemTime;
 
 use super::pods::ReadTicket;
 use super::{ClassChange, Effects, Index, Lock, LockKey, LockLease, ObjectKey, PodRead};
+use crate::core::captf_verdict::{compare, Agreement, OurVerdict};
 use crate::core::classify::{classify, holder_of, Holder, HolderClass, PodEvidence};
 use crate::core::kind::Kind;
 use crate::core::suffix::state_suffix;
-use crate::core::verdict::{compare, Agreement, OurVerdict};
 
 /// Classification: the joins between locks, objects and pods.
 impl Index {
@@ -129,7 +129,7 @@ impl Index {
                 Agreement::Agrees | Agreement::Silent => None,
             }
         });
-        if self.verdicts.observe(key, difference, now) {
+        if self.disagreements.observe(key, difference, now) {
             self.mark(key);
         }
     }
@@ -158,11 +158,11 @@ impl Index {
         let now_ms = super::unix_ms(now);
         for key in &waiting {
             self.schedule_overdue(key, now);
-            if self.overdue.any_due_for(key, now_ms) {
+            if self.deadlines.any_due_for(key, now_ms) {
                 // Redrawn by this write, so reaching the deadline needs no
                 // render of its own (as in `schedule_overdue`).
                 self.mark(key);
-                self.overdue.note_shown(key);
+                self.deadlines.note_shown(key);
             }
         }
     }
@@ -188,14 +188,14 @@ impl Index {
         });
         match deadline {
             Some(d) => {
-                self.overdue.set(key, d);
+                self.deadlines.set(key, d);
                 // Past already, and this write redraws the key: the render,
                 // later than now, computes it overdue from the clock.
                 if d < super::unix_ms(now) && self.changes.covers(key) {
-                    self.overdue.note_shown(key);
+                    self.deadlines.note_shown(key);
                 }
             }
-            None => self.overdue.remove(key),
+            None => self.deadlines.remove(key),
         }
     }
 

@@ -2,13 +2,13 @@
 
 use std::time::SystemTime;
 
+use crate::core::captf_verdict::{CaptfReason, ConditionStatus, StateReadable};
 use crate::core::classify::{lock_id, HolderClass};
 use crate::core::kind::Kind;
 use crate::core::lockinfo::{LockInfo, LockInfoError};
 use crate::core::shown::{has_hidden, shown};
 use crate::core::suffix::{kind_of_suffix, lock_lease_name, state_suffix};
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
-use crate::core::verdict::{CaptfReason, ConditionStatus, StateReadable};
 
 /// Longest label value taken from lock-info (Who, ID, Operation, Version).
 /// lock-info is written by the runner's ServiceAccount: untrusted, any size.

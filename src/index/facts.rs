@@ -208,7 +208,7 @@ impl Index {
     pub fn captf_view(&self, key: &LockKey) -> CaptfView {
         CaptfView {
             status: self.policy.object(key).map(|o| o.captf.clone()),
-            disagreement: self.verdicts.get(key).cloned(),
+            disagreement: self.disagreements.get(key).cloned(),
             pending_plans: self.plans.pending_for(key).map(str::to_string).collect(),
         }
     }

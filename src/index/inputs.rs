@@ -53,7 +53,7 @@ impl IndexResource<LockLease> for Index {
         let Some(lock) = lock_key_of(&key) else {
             return fx;
         };
-        self.overdue.remove(&lock);
+        self.deadlines.remove(&lock);
         if let Some(old) = self.locks.remove(&lock) {
             self.mark(&lock);
             self.set_claim(&lock, Some(&old.lease), None);
@@ -134,7 +134,7 @@ impl IndexResource<TfObject> for Index {
         self.mark(&lock);
         if kind == Kind::TerraformCluster {
             // Its machines' and pools' timeouts may change with it.
-            self.overdue.mark_stale();
+            self.deadlines.mark_stale();
             self.changes.mark_all();
         }
         let lock = self.policy.apply_object(lock, key, obj);
@@ -155,7 +155,7 @@ impl IndexResource<TfObject> for Index {
         }
         self.mark(&lock);
         if kind == Kind::TerraformCluster {
-            self.overdue.mark_stale();
+            self.deadlines.mark_stale();
             self.changes.mark_all();
         }
         let lock = self.policy.remove_object(kind, &key);
@@ -222,7 +222,7 @@ impl IndexResource<CapiCluster> for Index {
         if self.policy.apply_capi(key, cluster) {
             // Timeouts and names reach every object of the cluster.
             self.changes.mark_all();
-            self.overdue.mark_stale();
+            self.deadlines.mark_stale();
         }
         Effects::default()
     }
@@ -230,7 +230,7 @@ impl IndexResource<CapiCluster> for Index {
     fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
         if self.policy.remove_capi(&key) {
             self.changes.mark_all();
-            self.overdue.mark_stale();
+            self.deadlines.mark_stale();
         }
         Effects::default()
     }

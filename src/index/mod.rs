@@ -7,7 +7,7 @@
 //!   effective timeouts;
 //! - [`force_unlocks`]: per-object counters from ForceUnlocked Events;
 //! - [`plans`]: TerraformPlans, by the object whose apply waits for them;
-//! - [`verdicts`]: disagreements with CAPTF's own verdict, and their age.
+//! - [`disagreements`]: disagreements with CAPTF's own verdict, and their age.
 //!
 //! [`Index::facts`] gives the read model of one held lock ([`LockFacts`]).
 //!
@@ -20,24 +20,25 @@
 
 mod changes;
 mod classes;
+mod deadlines;
+pub mod disagreements;
 mod entries;
 mod facts;
 pub mod force_unlocks;
 mod inputs;
 mod keys;
 pub mod locks;
-mod overdue;
 pub mod plans;
 pub mod pods;
 pub mod policy;
 mod resource;
-pub mod verdicts;
 mod views;
 
 use std::time::SystemTime;
 
-pub use crate::core::verdict::StateReadable;
+pub use crate::core::captf_verdict::StateReadable;
 pub use changes::Changes;
+pub use disagreements::{Disagreement, DEFAULT_VERDICT_GRACE};
 pub use entries::{
     cap, unix_ms, unix_seconds, AgeSource, CapiCluster, CaptfStatus, ForceUnlockEvent,
     ForceUnlocks, LockLease, PlanEntry, PodState, TerraformCluster, TfObject,
@@ -49,8 +50,7 @@ pub use keys::{LockKey, ObjectKey, ObjectRef};
 pub use locks::{Lock, LockState};
 pub use pods::{PodRead, ReadTicket};
 pub use resource::{Resource, ResourceSpec};
-pub use verdicts::{Disagreement, DEFAULT_VERDICT_GRACE};
-pub use views::{KeyView, LockView, Mismatch, ObjectView, Overdue};
+pub use views::{KeyView, LockView, MismatchLog, ObjectView, OverdueLog};
 
 use crate::core::classify::HolderClass;
 
@@ -125,9 +125,9 @@ pub struct Index {
     pods: pods::PodIndex,
     policy: policy::PolicyIndex,
     force_unlocks: force_unlocks::ForceUnlockIndex,
-    overdue: overdue::OverdueQueue,
+    deadlines: deadlines::DeadlineQueue,
     plans: plans::PlanIndex,
-    verdicts: verdicts::VerdictIndex,
+    disagreements: disagreements::Disagreements,
     /// What `/metrics` shows that changed since [`Index::take_changes`].
     changes: Changes,
     /// Locks shown under a name that depends on another key: a Lease

@@ -63,7 +63,7 @@ impl Index {
             state: &lock.state,
             effective,
             captf: self.policy.object(key).map(|o| &o.captf),
-            mismatch: self.verdicts.flagged(key),
+            mismatch: self.disagreements.flagged(key),
             pending_plans: self.plans.pending_for(key).collect(),
             starting: self.starting,
         })
@@ -74,7 +74,7 @@ impl Index {
             namespace: &key.namespace,
             object: obj,
             effective: self.effective_for(&key.namespace, obj),
-            mismatch: self.verdicts.flagged(key),
+            mismatch: self.disagreements.flagged(key),
             pending_plans: self.plans.pending_for(key).collect(),
         }
     }
@@ -123,19 +123,19 @@ impl Index {
     /// Sets `--verdict-grace`: how long CAPTF's verdict may disagree with
     /// the exporter's before `verdict_mismatch` says so.
     pub fn set_verdict_grace(&mut self, grace: Duration) {
-        self.verdicts.set_grace(grace);
+        self.disagreements.set_grace(grace);
     }
 
     /// Whether some disagreement with CAPTF outlasted the grace and is not
     /// reported yet: a cheap check under the read lock.
     pub fn verdict_mismatch_due(&self, now: SystemTime) -> bool {
-        self.verdicts.any_due(now)
+        self.disagreements.any_due(now)
     }
 
     /// Reports every disagreement with CAPTF that outlasted the grace since
     /// the last call (`verdict_mismatch` turns 1); each is returned once.
-    pub fn newly_mismatched(&mut self, now: SystemTime) -> Vec<Mismatch> {
-        let flagged = self.verdicts.flag_due(now);
+    pub fn newly_mismatched(&mut self, now: SystemTime) -> Vec<MismatchLog> {
+        let flagged = self.disagreements.flag_due(now);
         for (key, _) in &flagged {
             self.mark(key);
         }
@@ -153,7 +153,7 @@ impl Index {
                     .and_then(|o| o.captf.state_readable.as_ref())
                     .map(|c| c.raw_reason.clone())
                     .unwrap_or_default();
-                Mismatch {
+                MismatchLog {
                     namespace: key.namespace.clone(),
                     kind,
                     name,
@@ -183,8 +183,8 @@ impl Index {
     /// on the clock, so the checker can sleep until a write wakes it.
     pub fn next_clock_deadline(&self) -> Option<i64> {
         match (
-            self.overdue.first_deadline(),
-            self.verdicts.first_deadline(),
+            self.deadlines.first_deadline(),
+            self.disagreements.first_deadline(),
         ) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -195,8 +195,8 @@ impl Index {
     /// [`Index::next_clock_deadline`] earlier; clears the mark.
     pub fn take_clock_moved(&mut self) -> bool {
         // Both taken: `||` would leave the second set for a spurious wake.
-        let overdue = self.overdue.take_moved_earlier();
-        let verdicts = self.verdicts.take_moved_earlier();
+        let overdue = self.deadlines.take_moved_earlier();
+        let verdicts = self.disagreements.take_moved_earlier();
         overdue || verdicts
     }
 
@@ -204,14 +204,14 @@ impl Index {
     /// lockTimeoutSeconds since the last call; each lock ID is returned once.
     /// Touches only the locks whose deadline passed (and, after a change of
     /// a TerraformCluster or CAPI Cluster, every queued one once).
-    pub fn newly_overdue(&mut self, now: SystemTime) -> Vec<Overdue> {
-        for key in self.overdue.take_stale() {
+    pub fn newly_overdue(&mut self, now: SystemTime) -> Vec<OverdueLog> {
+        for key in self.deadlines.take_stale() {
             self.schedule_overdue(&key, now);
         }
         let now_ms = super::unix_ms(now);
         let mut found = Vec::new();
-        for key in self.overdue.pop_due(now_ms) {
-            let shown = self.overdue.take_shown(&key);
+        for key in self.deadlines.pop_due(now_ms) {
+            let shown = self.deadlines.take_shown(&key);
             let Some(lock) = self.locks.get(&key) else {
                 continue;
             };
@@ -227,7 +227,7 @@ impl Index {
                 continue;
             }
             let (kind, name) = self.display_owner(&key, &lock.lease);
-            found.push(Overdue {
+            found.push(OverdueLog {
                 namespace: key.namespace.clone(),
                 kind,
                 name,
@@ -274,7 +274,7 @@ impl Index {
 
 /// A lock that just became overdue, for the warning log line.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Overdue {
+pub struct OverdueLog {
     /// Namespace.
     pub namespace: String,
     /// Kind of its object.
@@ -295,7 +295,7 @@ pub struct Overdue {
 
 /// A disagreement with CAPTF that just outlasted the grace, for the log.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Mismatch {
+pub struct MismatchLog {
     /// Namespace.
     pub namespace: String,
     /// Kind of the object.

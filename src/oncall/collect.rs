@@ -222,7 +222,7 @@ pub async fn snapshot(client: &Client, scope: Option<&str>) -> Result<Snapshot, 
     let pods = snap.index.pods_to_recheck();
     let reads: Vec<_> = futures::stream::iter(pods)
         .map(|pod| async move {
-            let read = crate::verify::read_pod(client, &pod.namespace, &pod.name).await;
+            let read = crate::pod_reads::read_pod(client, &pod.namespace, &pod.name).await;
             (pod, read)
         })
         .buffer_unordered(READS_IN_FLIGHT)

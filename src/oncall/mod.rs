@@ -19,10 +19,10 @@ use std::time::SystemTime;
 
 use kube::Client;
 
+use crate::core::captf_verdict::OurVerdict;
 use crate::core::classify::HolderClass;
 use crate::core::kind::Kind;
 use crate::core::suffix::{lock_lease_name, state_suffix};
-use crate::core::verdict::OurVerdict;
 use crate::index::{LockFilter, LockKey, ObjectKey, ObjectRef};
 use fix::{backend_labels, hcl_map, FixInputs, Lookup};
 use model::LockReport;

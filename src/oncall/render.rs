@@ -260,7 +260,7 @@ pub fn evidence_text(r: &LockReport) -> String {
                  lock once: it has observed nothing; the exporter's page shows how long it saw it held)"
         );
     }
-    let _ = writeln!(o, "  Overdue:       {overdue}");
+    let _ = writeln!(o, "  OverdueLog:       {overdue}");
     let history = match (r.force_unlock_events_present, r.last_force_unlock) {
         (Some(n), Some(t)) => format!("{n} ForceUnlocked Event(s) present, last at {}", at(t)),
         (Some(0), None) | (None, None) => "no ForceUnlocked Event seen".into(),

@@ -10,6 +10,7 @@
 
 use std::time::SystemTime;
 
+use crate::core::captf_verdict::{compare, named_holder, Agreement, CaptfReason, OurVerdict};
 use crate::core::classify::HolderClass;
 use crate::core::jobname::owns_pod;
 use crate::core::kind::Kind;
@@ -17,7 +18,6 @@ use crate::core::lockinfo::holder_host;
 use crate::core::podname::{check_pod_name, PodName};
 use crate::core::shown::shown;
 use crate::core::timeouts::Source;
-use crate::core::verdict::{compare, named_holder, Agreement, CaptfReason, OurVerdict};
 use crate::index::{unix_seconds, CaptfView, LockFacts, LockLease, ObjectKnown, PodFacts, PodRead};
 
 use super::commands::{plan_review, Commands};

@@ -416,7 +416,7 @@ pub fn evidence_html(r: &LockReport) -> String {
     } else {
         "no (only foreign and unknown locks can be)".into()
     };
-    dd(&mut o, "Overdue", &overdue);
+    dd(&mut o, "OverdueLog", &overdue);
     let history = match r.last_force_unlock {
         Some(t) => format!(
             "{} counted since the exporter started; last ForceUnlocked Event at {}",

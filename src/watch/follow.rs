@@ -121,7 +121,7 @@ fn undecodable(e: &kube::Error) -> bool {
 /// sends a watch a bookmark about once a minute, but only for a resource
 /// whose watch cache has seen a change since it started (a CRD nothing
 /// writes gets none: measured on 1.33 and 1.36). So: [`Timing::silence`]
-/// once the scope's watches have had a bookmark (`beats`), or on a
+/// once the scope's watches have had a bookmark (`bookmarks_seen`), or on a
 /// connection no ping watches (HTTP/1.1, or nothing known yet); otherwise
 /// HTTP/2 pings find a dead connection and the limit is the watch's own
 /// timeout plus [`Timing::timeout_margin`] (the server should have ended
@@ -130,9 +130,9 @@ fn silence_limit(
     shared: &crate::shared::Shared,
     timing: Timing,
     seconds: u32,
-    beats: bool,
+    bookmarks_seen: bool,
 ) -> std::time::Duration {
-    if beats || shared.api.unpinged() {
+    if bookmarks_seen || shared.api.unpinged() {
         timing.silence
     } else {
         std::time::Duration::from_secs(u64::from(seconds)) + timing.timeout_margin
@@ -176,7 +176,7 @@ where
         let limit = if initial.is_some() {
             timing.request
         } else {
-            silence_limit(sink.shared, timing, seconds, progress.beats)
+            silence_limit(sink.shared, timing, seconds, progress.bookmarks_seen)
         };
         // A relist that is due ends the watch even if it keeps streaming
         // (a server or proxy that ignores `timeoutSeconds`).
@@ -263,7 +263,7 @@ where
                 let end = ends_initial_events(&b);
                 rv = b.metadata.resource_version;
                 if !end {
-                    progress.beats = true;
+                    progress.bookmarks_seen = true;
                 }
                 if end {
                     if let Some(init) = initial.take() {

@@ -100,7 +100,7 @@ where
     let mut progress = Progress {
         synced: false,
         relist_by: None,
-        beats: false,
+        bookmarks_seen: false,
         long_line_logged: false,
     };
     let mut last_watch: Option<Instant> = None;
@@ -260,7 +260,7 @@ pub(super) struct Progress {
     pub(super) relist_by: Option<Instant>,
     /// A watch of this scope has had a bookmark that was not the end of
     /// initial events: the server sends them, so a silence is a fault.
-    pub(super) beats: bool,
+    pub(super) bookmarks_seen: bool,
     /// A watch line too long to read has been logged for this scope.
     pub(super) long_line_logged: bool,
 }

@@ -192,7 +192,8 @@ fn state_readable_only<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Conditi
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
             let mut kept = None;
             while let Some(LenientCondition(c)) = seq.next_element()? {
-                if let Some(c) = c.filter(|c| c.type_ == crate::core::verdict::STATE_READABLE) {
+                if let Some(c) = c.filter(|c| c.type_ == crate::core::captf_verdict::STATE_READABLE)
+                {
                     kept = Some(c);
                 }
             }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use captf_lock_exporter::metrics::{render, Format};
+use captf_lock_exporter::pod_reads;
 use captf_lock_exporter::shared::Shared;
-use captf_lock_exporter::verify;
 use captf_lock_exporter::watch;
 use http::{Method, Request, Response};
 use http_body_util::combinators::BoxBody;
@@ -301,7 +301,7 @@ pub fn start_on(
         vec![None],
         watch::Timing::DEFAULT,
     );
-    tokio::spawn(verify::run(
+    tokio::spawn(pod_reads::run(
         shared.clone(),
         client,
         rx,
@@ -325,7 +325,7 @@ pub fn start_watching(
         resources,
         watch::Timing::DEFAULT,
     );
-    tokio::spawn(verify::run(
+    tokio::spawn(pod_reads::run(
         shared.clone(),
         client,
         rx,

@@ -5,10 +5,10 @@
 mod changed;
 mod classes;
 mod counters;
+mod disagreements;
 mod integrity;
 mod review;
 mod timeouts;
-mod verdicts;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};

@@ -74,7 +74,7 @@ fn one_shot_explain_of_an_unparseable_lock_says_the_age_is_unknown() {
         text.contains("Age:           unknown (lock-info has no usable Created"),
         "{text}"
     );
-    assert!(text.contains("Overdue:       unknown"), "{text}");
+    assert!(text.contains("OverdueLog:       unknown"), "{text}");
     for never in ["(from observed)", "becomes overdue in", "Age:           0s"] {
         assert!(!text.contains(never), "one-shot says {never:?}:\n{text}");
     }

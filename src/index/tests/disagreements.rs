@@ -2,7 +2,7 @@
 //! Job, and the plans an apply waits for, through the typed inputs.
 
 use super::*;
-use crate::core::verdict::Difference;
+use crate::core::captf_verdict::Difference;
 
 const GRACE: Duration = Duration::from_secs(600);
 
@@ -59,7 +59,7 @@ fn mismatch(ix: &Index, kind: Kind, name: &str) -> Option<bool> {
 }
 
 /// Runs the once-a-second check at `secs`; returns what it reported.
-fn tick(ix: &mut Index, secs: u64) -> Vec<Mismatch> {
+fn tick(ix: &mut Index, secs: u64) -> Vec<MismatchLog> {
     if !ix.verdict_mismatch_due(at(secs)) {
         return Vec::new();
     }

@@ -9,14 +9,14 @@ use super::keys::LockKey;
 
 /// Deadlines in Unix milliseconds, by lock.
 #[derive(Debug, Default)]
-pub struct OverdueQueue {
+pub struct DeadlineQueue {
     by_deadline: BTreeSet<(i64, LockKey)>,
     deadline_of: HashMap<LockKey, i64>,
     /// A policy that many deadlines depend on changed (a TerraformCluster
     /// or a CAPI Cluster): recompute every queued deadline before popping.
     stale: bool,
     /// The first deadline moved earlier (or everything went stale) since
-    /// [`OverdueQueue::take_moved_earlier`]: a checker sleeping until the
+    /// [`DeadlineQueue::take_moved_earlier`]: a checker sleeping until the
     /// old first deadline must wake.
     moved_earlier: bool,
     /// Locks queued at a deadline already past by a write that also
@@ -26,7 +26,7 @@ pub struct OverdueQueue {
     shown: HashSet<LockKey>,
 }
 
-impl OverdueQueue {
+impl DeadlineQueue {
     /// Queues (or moves) a lock's deadline.
     pub fn set(&mut self, key: &LockKey, deadline_ms: i64) {
         match self.deadline_of.get(key) {
@@ -142,7 +142,7 @@ mod tests {
 
     #[test]
     fn a_shown_deadline_is_forgotten_when_it_moves_or_is_taken() {
-        let mut q = OverdueQueue::default();
+        let mut q = DeadlineQueue::default();
         let (a, b) = (LockKey::new("ns", "a-m"), LockKey::new("ns", "b-m"));
         q.note_shown(&b);
         assert!(!q.take_shown(&b), "only a queued lock can be shown");
@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn says_when_the_first_deadline_moves_earlier() {
-        let mut q = OverdueQueue::default();
+        let mut q = DeadlineQueue::default();
         let (a, b) = (LockKey::new("ns", "a-m"), LockKey::new("ns", "b-m"));
         assert_eq!(q.first_deadline(), None);
         q.set(&a, 2_000);
@@ -189,7 +189,7 @@ mod tests {
 
     #[test]
     fn pops_only_what_is_due_in_order_and_moves_on_reset() {
-        let mut q = OverdueQueue::default();
+        let mut q = DeadlineQueue::default();
         let (a, b) = (LockKey::new("ns", "a-m"), LockKey::new("ns", "b-m"));
         q.set(&a, 2_000);
         q.set(&b, 1_000);

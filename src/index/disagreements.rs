@@ -6,10 +6,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
+use super::deadlines::DeadlineQueue;
 use super::keys::LockKey;
-use super::overdue::OverdueQueue;
 use super::unix_ms;
-use crate::core::verdict::Difference;
+use crate::core::captf_verdict::Difference;
 
 /// `--verdict-grace` unless set.
 pub const DEFAULT_VERDICT_GRACE: Duration = Duration::from_secs(600);
@@ -27,23 +27,23 @@ pub struct Disagreement {
 
 /// Disagreements by lock key (the object's), and their grace deadlines.
 #[derive(Debug)]
-pub struct VerdictIndex {
+pub struct Disagreements {
     grace: Duration,
     open: HashMap<LockKey, Disagreement>,
-    due: OverdueQueue,
+    due: DeadlineQueue,
 }
 
-impl Default for VerdictIndex {
+impl Default for Disagreements {
     fn default() -> Self {
-        VerdictIndex {
+        Disagreements {
             grace: DEFAULT_VERDICT_GRACE,
             open: HashMap::new(),
-            due: OverdueQueue::default(),
+            due: DeadlineQueue::default(),
         }
     }
 }
 
-impl VerdictIndex {
+impl Disagreements {
     /// Sets the grace; disagreements already open keep their deadline.
     pub fn set_grace(&mut self, grace: Duration) {
         self.grace = grace;
@@ -129,7 +129,7 @@ mod tests {
 
     #[test]
     fn a_disagreement_is_flagged_once_it_outlasts_the_grace() {
-        let mut v = VerdictIndex::default();
+        let mut v = Disagreements::default();
         v.set_grace(Duration::from_secs(60));
         let k = LockKey::new("ns", "web-m");
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
