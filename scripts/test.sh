@@ -41,8 +41,8 @@ install_deps() {
 stage_rust() {
   log "cargo fmt, clippy, test"
   cargo fmt --all -- --check || return 1
-  cargo clippy --all-targets --locked -- -D warnings || return 1
-  cargo test --locked || return 1
+  cargo clippy --workspace --all-targets --locked -- -D warnings || return 1
+  cargo test --workspace --locked || return 1
 }
 
 # The rule file and the dashboards are generated from the jsonnet mixin (mixin/); go-jsonnet is

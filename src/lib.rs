@@ -9,14 +9,17 @@
 //! logs overdue locks. See docs/architecture.md.
 #![warn(missing_docs)]
 
+/// CAPTF's rules as plain functions (the `captf-core` crate).
+pub use captf_core as core;
+/// The in-memory index (the `captf-index` crate).
+pub use captf_index as index;
+
 pub mod cli;
 pub mod client;
-pub mod core;
 pub mod deadlines;
 pub mod demo;
 pub mod fuzzing;
 pub mod health;
-pub mod index;
 pub mod metrics;
 pub mod oncall;
 pub mod pages;

@@ -274,7 +274,12 @@ where
                         .headers()
                         .get(http::header::RETRY_AFTER)
                         .and_then(|v| v.to_str().ok())
-                        .and_then(|v| link::parse_retry_after(v, crate::index::unix_now()));
+                        .and_then(|v| {
+                            link::parse_retry_after(
+                                v,
+                                crate::index::unix_seconds(std::time::SystemTime::now()),
+                            )
+                        });
                     if let Some(wait) = wait {
                         link.note_retry_after(status, wait);
                     }

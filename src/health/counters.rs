@@ -16,9 +16,20 @@ use super::endpoint::{AuthLabels, AuthResult, Outcome, OutcomeLabels, Review, Re
 use super::{ErrorReason, Health, ReadResult, SyncMode};
 use crate::index::Resource;
 
-impl EncodeLabelValue for Resource {
+/// A watched resource as a label value (the enum lives in the index crate,
+/// the encoding trait in prometheus-client: a local type joins them).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(super) struct ResourceLabel(Resource);
+
+impl From<Resource> for ResourceLabel {
+    fn from(r: Resource) -> Self {
+        ResourceLabel(r)
+    }
+}
+
+impl EncodeLabelValue for ResourceLabel {
     fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> fmt::Result {
-        encoder.write_str(self.as_str())
+        encoder.write_str(self.0.as_str())
     }
 }
 
@@ -43,20 +54,20 @@ impl EncodeLabelValue for ReadResult {
 /// `{resource}` of `watch_events_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ResourceLabels {
-    pub(super) resource: Resource,
+    pub(super) resource: ResourceLabel,
 }
 
 /// `{resource, reason}` of `watch_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ErrorLabels {
-    pub(super) resource: Resource,
+    pub(super) resource: ResourceLabel,
     pub(super) reason: ErrorReason,
 }
 
 /// `{resource, mode}` of `watch_syncs_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct SyncLabels {
-    pub(super) resource: Resource,
+    pub(super) resource: ResourceLabel,
     pub(super) mode: SyncMode,
 }
 
@@ -130,7 +141,9 @@ impl Health {
                 family: c.events.clone(),
                 series: watched
                     .iter()
-                    .map(|&resource| ResourceLabels { resource })
+                    .map(|&resource| ResourceLabels {
+                        resource: resource.into(),
+                    })
                     .collect(),
             },
         );
@@ -142,7 +155,10 @@ impl Health {
                 series: watched
                     .iter()
                     .flat_map(|&resource| {
-                        ErrorReason::ALL.map(|reason| ErrorLabels { resource, reason })
+                        ErrorReason::ALL.map(|reason| ErrorLabels {
+                            resource: resource.into(),
+                            reason,
+                        })
                     })
                     .collect(),
             },
@@ -154,7 +170,7 @@ impl Health {
                 family: c.syncs.clone(),
                 series: watched
                     .iter()
-                    .flat_map(|&resource| SyncMode::ALL.map(|mode| SyncLabels { resource, mode }))
+                    .flat_map(|&resource| SyncMode::ALL.map(|mode| SyncLabels { resource: resource.into(), mode }))
                     .collect(),
             },
         );

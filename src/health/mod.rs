@@ -270,7 +270,9 @@ impl Health {
     pub fn on_event(&self, resource: Resource) {
         self.counters
             .events
-            .get_or_create(&ResourceLabels { resource })
+            .get_or_create(&ResourceLabels {
+                resource: resource.into(),
+            })
             .inc();
         self.moved();
     }
@@ -280,14 +282,23 @@ impl Health {
     pub fn on_sync_mode(&self, resource: Resource, mode: SyncMode) {
         self.counters
             .syncs
-            .get_or_create(&SyncLabels { resource, mode })
+            .get_or_create(&SyncLabels {
+                resource: resource.into(),
+                mode,
+            })
             .inc();
         self.moved();
     }
 
     /// Whole syncs of `resource` made in `mode`.
     pub fn syncs(&self, resource: Resource, mode: SyncMode) -> u64 {
-        value(&self.counters.syncs, &SyncLabels { resource, mode })
+        value(
+            &self.counters.syncs,
+            &SyncLabels {
+                resource: resource.into(),
+                mode,
+            },
+        )
     }
 
     /// A request of the watch succeeded (a list page, a watch that opened,
@@ -331,7 +342,10 @@ impl Health {
     pub fn count_error(&self, resource: Resource, reason: ErrorReason) {
         self.counters
             .errors
-            .get_or_create(&ErrorLabels { resource, reason })
+            .get_or_create(&ErrorLabels {
+                resource: resource.into(),
+                reason,
+            })
             .inc();
         self.moved();
     }
@@ -439,12 +453,23 @@ impl Health {
 
     /// Watch events seen for `resource`.
     pub fn events(&self, resource: Resource) -> u64 {
-        value(&self.counters.events, &ResourceLabels { resource })
+        value(
+            &self.counters.events,
+            &ResourceLabels {
+                resource: resource.into(),
+            },
+        )
     }
 
     /// Watch errors seen for `resource` with `reason`.
     pub fn errors(&self, resource: Resource, reason: ErrorReason) -> u64 {
-        value(&self.counters.errors, &ErrorLabels { resource, reason })
+        value(
+            &self.counters.errors,
+            &ErrorLabels {
+                resource: resource.into(),
+                reason,
+            },
+        )
     }
 
     /// Live pod reads with `result`.

@@ -129,7 +129,7 @@ def test_every_class_on_a_real_server(kube: Kube, ns: str, start_exporter: Calla
         assert m.labels("captf_state_lock_acquired_timestamp_seconds", namespace=ns, kind=M,
                         name=n)["age_source"] == "observed"
     # the gone pod's stale verdict was confirmed by a live read (a terminal phase in the watch cache
-    # is final and needs none: src/index/pods.rs)
+    # is final and needs none: crates/captf-index/src/pods.rs)
     assert m.get("captf_lock_exporter_pod_reads_total", result="not_found") >= 1
 
 

@@ -254,7 +254,7 @@ def check_dockerfile(chart_values: dict[str, Any], r: Runner) -> None:
         expect(f"EXPOSE {chart_values['port']}" in final, f"EXPOSE {chart_values['port']} missing")
         expect("--locked" in text, "cargo build without --locked")
         di = (ROOT / ".dockerignore").read_text().split()
-        for need in ("!Cargo.toml", "!Cargo.lock", "!src/"):
+        for need in ("!Cargo.toml", "!Cargo.lock", "!src/", "!crates/"):
             expect(need in di, f".dockerignore does not let in {need[1:]}")
         return f"{len(froms)} stages, USER {UID}, ENTRYPOINT captf-lock-exporter, EXPOSE {chart_values['port']}"
     r.run("Dockerfile: multi-stage, non-root, entrypoint and context", static)

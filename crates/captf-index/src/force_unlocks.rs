@@ -11,8 +11,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::entries::{ForceUnlockEvent, ForceUnlocks};
 use super::keys::{LockKey, ObjectKey, ObjectRef};
-use crate::core::kind::Kind;
-use crate::core::suffix::state_suffix;
+use captf_core::kind::Kind;
+use captf_core::suffix::state_suffix;
 
 /// Most force-unlocks one Event update may add to a counter. CAPTF emits
 /// each ForceUnlocked Event once, without a series (every Job names a new

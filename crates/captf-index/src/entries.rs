@@ -2,19 +2,13 @@
 
 use std::time::SystemTime;
 
-use crate::core::captf_verdict::{CaptfReason, ConditionStatus, StateReadable};
-use crate::core::classify::{lock_id, HolderClass};
-use crate::core::kind::Kind;
-use crate::core::lockinfo::{LockInfo, LockInfoError};
-use crate::core::shown::{has_hidden, shown};
-use crate::core::suffix::{kind_of_suffix, lock_lease_name, state_suffix};
-use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
-
-/// Longest label value taken from lock-info (Who, ID, Operation, Version).
-/// lock-info is written by the runner's ServiceAccount: untrusted, any size.
-/// The lock ID is kept whole (it tells one lock from the next and is the
-/// argument of the printed force-unlock) and capped only as a label.
-pub const MAX_LABEL_BYTES: usize = 128;
+use captf_core::captf_verdict::StateReadable;
+use captf_core::classify::{lock_id, HolderClass};
+use captf_core::kind::Kind;
+use captf_core::lockinfo::{LockInfo, LockInfoError};
+use captf_core::shown::{cap, has_hidden, shown, MAX_LABEL_BYTES};
+use captf_core::suffix::{kind_of_suffix, lock_lease_name, state_suffix};
+use captf_core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
 
 /// Who is kept up to this size; longer values keep their head and the host.
 const MAX_WHO_BYTES: usize = 1024;
@@ -66,7 +60,7 @@ pub struct LockLease {
     /// reclassification (a sha256 each).
     label_owner_verified: bool,
     /// The shown forms of the holder and lock-info strings, made once here
-    /// when one holds a character [`crate::core::shown`] escapes (None for
+    /// when one holds a character [`captf_core::shown`] escapes (None for
     /// a clean Lease: the raw values are their own shown forms). Verdicts
     /// and printed commands use the raw values; every reader that shows a
     /// value uses the `shown_*` accessors. Made from the values `new` was
@@ -273,19 +267,6 @@ pub fn unix_ms(t: SystemTime) -> i64 {
     ms
 }
 
-/// The longest prefix of `s` of at most `max` bytes that ends on a char
-/// boundary.
-pub fn cap(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 fn cap_info(mut info: LockInfo) -> LockInfo {
     info.operation = cap(&info.operation, MAX_LABEL_BYTES).to_string();
     info.version = cap(&info.version, MAX_LABEL_BYTES).to_string();
@@ -329,26 +310,6 @@ pub struct CaptfStatus {
     pub state_readable: Option<StateReadable>,
     /// `status.activeJob` is set: a Job runs, and CAPTF's lock check waits.
     pub active_job: bool,
-}
-
-/// Longest condition message kept. CAPTF's StateLocked message is about
-/// 200 bytes plus lock ID, Who and Operation; the status is the status
-/// writer's, so it is capped like every other untrusted string.
-pub const MAX_CONDITION_MESSAGE_BYTES: usize = 2048;
-
-impl StateReadable {
-    /// The condition from its fields as written; strings capped here, once.
-    pub fn from_fields(status: &str, reason: &str, message: &str, since: Option<f64>) -> Self {
-        let kept = cap(message, MAX_CONDITION_MESSAGE_BYTES);
-        StateReadable {
-            status: ConditionStatus::parse(status),
-            reason: CaptfReason::parse(reason),
-            raw_reason: cap(reason, MAX_LABEL_BYTES).to_string(),
-            message_cut: kept.len() < message.len(),
-            message: kept.to_string(),
-            since,
-        }
-    }
 }
 
 /// A TerraformPlan, trimmed to what the "waits for approval" check needs.

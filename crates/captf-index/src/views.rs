@@ -6,9 +6,9 @@ use super::{
     AgeSource, CaptfStatus, Disagreement, ForceUnlocks, Index, Lock, LockKey, LockLease, LockState,
     ObjectRef, TfObject,
 };
-use crate::core::classify::{is_overdue, HolderClass};
-use crate::core::kind::Kind;
-use crate::core::timeouts::{effective, Effective, Resolved};
+use captf_core::classify::{is_overdue, HolderClass};
+use captf_core::kind::Kind;
+use captf_core::timeouts::{effective, Effective, Resolved};
 
 /// What `/metrics`, the status page and the overdue check read.
 impl Index {

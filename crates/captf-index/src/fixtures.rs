@@ -2,15 +2,15 @@
 //! builds only): one definition, so that a change of the Lease's shape is
 //! made once.
 
-use crate::core::kind::Kind;
-use crate::core::lockinfo::parse_lock_info;
-use crate::core::suffix::{lock_lease_name, state_suffix};
+use captf_core::kind::Kind;
+use captf_core::lockinfo::parse_lock_info;
+use captf_core::suffix::{lock_lease_name, state_suffix};
 
 use super::{LockLease, ObjectKey};
 
 /// The lock Lease of TerraformMachine `ns/<name>`, held by a workstation
 /// (`<who>`, a foreign holder) since `created` (RFC 3339), with its key.
-pub(crate) fn workstation_lock(name: &str, who: &str, created: &str) -> (ObjectKey, LockLease) {
+pub fn workstation_lock(name: &str, who: &str, created: &str) -> (ObjectKey, LockLease) {
     let suffix = state_suffix("ns", Kind::TerraformMachine, name);
     let info = serde_json::json!({
         "ID": "id-1", "Operation": "OperationTypeApply", "Info": "", "Who": who,

@@ -2,7 +2,7 @@
 //! Job, and the plans an apply waits for, through the typed inputs.
 
 use super::*;
-use crate::core::captf_verdict::Difference;
+use captf_core::captf_verdict::Difference;
 
 const GRACE: Duration = Duration::from_secs(600);
 

@@ -36,13 +36,14 @@ mod views;
 
 use std::time::SystemTime;
 
-pub use crate::core::captf_verdict::StateReadable;
+pub use captf_core::captf_verdict::StateReadable;
+pub use captf_core::captf_verdict::MAX_CONDITION_MESSAGE_BYTES;
+pub use captf_core::shown::{cap, MAX_LABEL_BYTES};
 pub use changes::Changes;
 pub use disagreements::{Disagreement, DEFAULT_VERDICT_GRACE};
 pub use entries::{
-    cap, unix_ms, unix_seconds, AgeSource, CapiCluster, CaptfStatus, ForceUnlockEvent,
-    ForceUnlocks, LockLease, PlanEntry, PodState, TerraformCluster, TfObject,
-    MAX_CONDITION_MESSAGE_BYTES, MAX_LABEL_BYTES,
+    unix_ms, unix_seconds, AgeSource, CapiCluster, CaptfStatus, ForceUnlockEvent, ForceUnlocks,
+    LockLease, PlanEntry, PodState, TerraformCluster, TfObject,
 };
 pub use facts::{AgeAt, CaptfView, LockFacts, LockFilter, ObjectKnown, PodFacts};
 pub use force_unlocks::MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE;
@@ -52,12 +53,7 @@ pub use pods::{PodRead, ReadTicket};
 pub use resource::{Resource, ResourceSpec};
 pub use views::{KeyView, LockView, MismatchLog, ObjectView, OverdueLog};
 
-use crate::core::classify::HolderClass;
-
-/// Now as Unix seconds.
-pub fn unix_now() -> f64 {
-    unix_seconds(SystemTime::now())
-}
+use captf_core::classify::HolderClass;
 
 /// A lock whose holder class changed, for the log line.
 #[derive(Clone, Debug, PartialEq)]
@@ -150,7 +146,8 @@ pub struct Index {
     starting: bool,
 }
 
-#[cfg(test)]
-pub(crate) mod fixtures;
+#[cfg(any(test, feature = "fixtures"))]
+#[doc(hidden)]
+pub mod fixtures;
 #[cfg(test)]
 mod tests;

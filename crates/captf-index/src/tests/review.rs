@@ -134,7 +134,7 @@ fn a_lease_outliving_its_long_named_object_takes_the_counter_with_it() {
     let m = Kind::TerraformMachine;
     let name = format!("web-{}", "x".repeat(70));
     let suffix = state_suffix(NS, m, &name);
-    let hashed = crate::core::suffix::sha256_hex16(name.as_bytes());
+    let hashed = captf_core::suffix::owner_name_label_value(&name).to_string();
     ix.relist(Resource::Events, None, vec![]);
     ix.feed(
         Resource::TerraformMachines,

@@ -5,10 +5,10 @@ use std::time::SystemTime;
 
 use super::pods::ReadTicket;
 use super::{ClassChange, Effects, Index, Lock, LockKey, LockLease, ObjectKey, PodRead};
-use crate::core::captf_verdict::{compare, Agreement, OurVerdict};
-use crate::core::classify::{classify, holder_of, Holder, HolderClass, PodEvidence};
-use crate::core::kind::Kind;
-use crate::core::suffix::state_suffix;
+use captf_core::captf_verdict::{compare, Agreement, OurVerdict};
+use captf_core::classify::{classify, holder_of, Holder, HolderClass, PodEvidence};
+use captf_core::kind::Kind;
+use captf_core::suffix::state_suffix;
 
 /// Classification: the joins between locks, objects and pods.
 impl Index {

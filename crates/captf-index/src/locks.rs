@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use super::entries::{AgeSource, LockLease};
 use super::keys::{LockKey, ObjectKey};
-use crate::core::classify::HolderClass;
+use captf_core::classify::HolderClass;
 
 /// What the index derives about a lock; never taken from the Lease.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -11,10 +11,10 @@ use super::{
     AgeSource, CaptfStatus, Disagreement, ForceUnlocks, Index, LockKey, LockLease, ObjectKey,
     PodRead, PodState,
 };
-use crate::core::classify::{holder_of, is_overdue, Holder, HolderClass};
-use crate::core::kind::Kind;
-use crate::core::suffix::state_suffix;
-use crate::core::timeouts::{resolve, Resolved};
+use captf_core::classify::{holder_of, is_overdue, Holder, HolderClass};
+use captf_core::kind::Kind;
+use captf_core::suffix::state_suffix;
+use captf_core::timeouts::{resolve, Resolved};
 
 /// How the lock's object is known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -61,7 +61,7 @@ pub enum Holder {
 }
 
 /// Decides the holder from the parsed lock-info (`None` when absent or
-/// rejected by [`crate::core::lockinfo::parse_lock_info`]) and the lock's
+/// rejected by [`crate::lockinfo::parse_lock_info`]) and the lock's
 /// object (`None` when the object is unknown: an own pod cannot then be
 /// proven, so a present host counts as foreign).
 pub fn holder_of(info: Option<&LockInfo>, owner: Option<(Kind, &str)>) -> Holder {

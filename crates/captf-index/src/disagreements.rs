@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use super::deadlines::DeadlineQueue;
 use super::keys::LockKey;
 use super::unix_ms;
-use crate::core::captf_verdict::Difference;
+use captf_core::captf_verdict::Difference;
 
 /// `--verdict-grace` unless set.
 pub const DEFAULT_VERDICT_GRACE: Duration = Duration::from_secs(600);

@@ -71,6 +71,25 @@ pub fn shown(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Longest label value taken from lock-info (Who, ID, Operation, Version).
+/// lock-info is written by the runner's ServiceAccount: untrusted, any size.
+/// The lock ID is kept whole (it tells one lock from the next and is the
+/// argument of the printed force-unlock) and capped only as a label.
+pub const MAX_LABEL_BYTES: usize = 128;
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char
+/// boundary.
+pub fn cap(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! server serves it and how the watch filters it. Watchers, the verifier,
 //! the RBAC documentation test and the status output all read it.
 
-use crate::core::kind::{Kind, API_GROUP, API_VERSION};
+use captf_core::kind::{Kind, API_GROUP, API_VERSION};
 
 /// A watched API resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn the_install_guide_rbac_table_lists_every_watched_resource() {
-        let install = include_str!("../../docs/install.md");
+        let install = include_str!("../../../docs/install.md");
         let rbac = install
             .split("\n## RBAC it needs\n")
             .nth(1)

@@ -10,8 +10,8 @@ use super::{
     IndexResource, Lock, LockKey, LockLease, LockState, ObjectKey, ObjectRef, PlanEntry, PodState,
     TfObject,
 };
-use crate::core::kind::Kind;
-use crate::core::suffix::{state_suffix, suffix_of_lock_lease};
+use captf_core::kind::Kind;
+use captf_core::suffix::{state_suffix, suffix_of_lock_lease};
 
 impl IndexResource<LockLease> for Index {
     type Key = ObjectKey;

@@ -6,21 +6,19 @@ mod changed;
 mod classes;
 mod counters;
 mod disagreements;
-mod integrity;
 mod review;
 mod timeouts;
 
-use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use super::*;
-use crate::core::classify::HolderClass;
-use crate::core::kind::Kind;
-use crate::core::lockinfo::LockInfo;
-use crate::core::suffix::lock_lease_name;
-use crate::core::suffix::state_suffix;
-use crate::core::timeouts::Effective;
-use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
+use captf_core::classify::HolderClass;
+use captf_core::kind::Kind;
+use captf_core::lockinfo::LockInfo;
+use captf_core::suffix::lock_lease_name;
+use captf_core::suffix::state_suffix;
+use captf_core::timeouts::Effective;
+use captf_core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
 
 const NS: &str = "ns1";
 

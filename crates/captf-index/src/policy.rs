@@ -10,9 +10,9 @@ use std::collections::HashMap;
 
 use super::entries::{CapiCluster, TerraformCluster, TfObject};
 use super::keys::{LockKey, ObjectKey};
-use crate::core::kind::Kind;
-use crate::core::suffix::state_suffix;
-use crate::core::timeouts::{
+use captf_core::kind::Kind;
+use captf_core::suffix::state_suffix;
+use captf_core::timeouts::{
     resolve, terraform_cluster_name, CapiClusterLookup, ClusterPolicies, Resolved,
 };
 

@@ -10,8 +10,8 @@ use std::time::SystemTime;
 
 use super::entries::PodState;
 use super::keys::ObjectKey;
-use crate::core::classify::PodEvidence;
-use crate::core::podname::{check_pod_name, PodName};
+use captf_core::classify::PodEvidence;
+use captf_core::podname::{check_pod_name, PodName};
 
 /// What a live read of a holder pod found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::entries::PlanEntry;
 use super::keys::{LockKey, ObjectKey};
-use crate::core::suffix::state_suffix;
+use captf_core::suffix::state_suffix;
 
 /// Most pending plans shown per object. CAPTF keeps at most one live plan
 /// per target; the cap only bounds what a writer of TerraformPlans could
@@ -93,7 +93,7 @@ impl PlanIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::kind::Kind;
+    use captf_core::kind::Kind;
 
     fn plan(target: &str, pending: bool) -> PlanEntry {
         PlanEntry {

@@ -101,7 +101,7 @@ fn foreign_unknown_and_release() {
         None,
         None,
         "lock-d".into(),
-        Err(crate::core::lockinfo::parse_lock_info("{").unwrap_err()),
+        Err(captf_core::lockinfo::parse_lock_info("{").unwrap_err()),
     );
     ix.feed(
         Resource::Leases,
@@ -322,7 +322,7 @@ fn no_class_change_is_recorded_until_the_start_ends() {
     let mut ix = Index::default();
     ix.begin_start();
     let (key, lease) =
-        crate::index::fixtures::workstation_lock("web", "alice@laptop", "2020-01-01T00:00:00Z");
+        crate::fixtures::workstation_lock("web", "alice@laptop", "2020-01-01T00:00:00Z");
     let fx = ix.apply(key.clone(), lease, t0());
     assert!(fx.class_changes.is_empty(), "found held at start: {fx:?}");
     assert_eq!(web_class(&ix), Some(HolderClass::Foreign));

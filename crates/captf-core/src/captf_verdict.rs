@@ -13,7 +13,8 @@
 //! disagreement is tolerated (CAPTF looks only between Jobs and only at a
 //! reconcile) is the index's business.
 
-use crate::core::classify::HolderClass;
+use crate::classify::HolderClass;
+use crate::shown::{cap, MAX_LABEL_BYTES};
 
 /// The condition type CAPTF reports its state and lock checks in.
 pub const STATE_READABLE: &str = "StateReadable";
@@ -329,6 +330,26 @@ fn holder_agreement(
         Some(_) => Agreement::Differs(Difference::OtherHolder {
             named: named.to_string(),
         }),
+    }
+}
+
+/// Longest condition message kept. CAPTF's StateLocked message is about
+/// 200 bytes plus lock ID, Who and Operation; the status is the status
+/// writer's, so it is capped like every other untrusted string.
+pub const MAX_CONDITION_MESSAGE_BYTES: usize = 2048;
+
+impl StateReadable {
+    /// The condition from its fields as written; strings capped here, once.
+    pub fn from_fields(status: &str, reason: &str, message: &str, since: Option<f64>) -> Self {
+        let kept = cap(message, MAX_CONDITION_MESSAGE_BYTES);
+        StateReadable {
+            status: ConditionStatus::parse(status),
+            reason: CaptfReason::parse(reason),
+            raw_reason: cap(reason, MAX_LABEL_BYTES).to_string(),
+            message_cut: kept.len() < message.len(),
+            message: kept.to_string(),
+            since,
+        }
     }
 }
 

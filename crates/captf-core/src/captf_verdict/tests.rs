@@ -3,7 +3,7 @@
 //! builds for the given lock-info, written out by hand from its format.
 
 use super::*;
-use crate::core::classify::HolderClass::*;
+use crate::classify::HolderClass::*;
 
 const TAIL: &str = "; every Job waits lockTimeoutSeconds for it and fails. Release it with force-unlock once that holder is gone; see the stale-lock runbook";
 

@@ -17,7 +17,7 @@ fn tc_policies(lock: Option<i64>, default_lock: Option<i64>) -> ClusterPolicies 
 
 fn capi(name: &str, infra: &str) -> Change {
     let infra_ref = InfraRef {
-        api_group: crate::core::kind::API_GROUP.into(),
+        api_group: captf_core::kind::API_GROUP.into(),
         kind: "TerraformCluster".into(),
         name: infra.into(),
     };
@@ -150,8 +150,8 @@ fn machine_inherits_its_clusters_own_jobs_and_follows_their_changes() {
             sources.active_deadline_seconds
         ),
         (
-            crate::core::timeouts::Source::ClusterJobs,
-            crate::core::timeouts::Source::ClusterJobs
+            captf_core::timeouts::Source::ClusterJobs,
+            captf_core::timeouts::Source::ClusterJobs
         )
     );
     // The cluster's spec.jobs changes: its machines follow at once.

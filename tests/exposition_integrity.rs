@@ -1,0 +1,156 @@
+//! No Lease can render series under another object's labels: Leases that
+//! copy a real object's labels, or whose suffix is another object's name,
+//! keep their own series.
+
+use std::collections::HashMap;
+
+use captf_lock_exporter::core::kind::Kind;
+use captf_lock_exporter::core::lockinfo::LockInfo;
+use captf_lock_exporter::core::suffix::{lock_lease_name, state_suffix};
+use captf_lock_exporter::index::{Effects, Index, IndexResource, LockLease, ObjectKey, TfObject};
+use captf_lock_exporter::metrics::{render, Format};
+use captf_lock_exporter::shared::Shared;
+
+const NS: &str = "ns1";
+
+fn info(who: &str) -> LockInfo {
+    LockInfo {
+        id: "id-1".into(),
+        operation: "OperationTypeApply".into(),
+        who: who.into(),
+        version: "1.9.0".into(),
+        created: None,
+    }
+}
+
+/// A held lock Lease of any suffix and owner labels, held by `who`.
+fn lease(
+    suffix: &str,
+    kind: Option<&str>,
+    name: Option<&str>,
+    who: &str,
+) -> (ObjectKey, LockLease) {
+    let l = LockLease::new(
+        NS.into(),
+        suffix.into(),
+        kind,
+        name.map(Into::into),
+        "id-x".into(),
+        Ok(Some(info(who))),
+    );
+    (ObjectKey::new(NS, lock_lease_name(suffix)), l)
+}
+
+/// The lock Lease CAPTF writes for (kind, name), held by `who`.
+fn own_lease(kind: Kind, name: &str, who: &str) -> (ObjectKey, LockLease) {
+    let suffix = state_suffix(NS, kind, name);
+    lease(&suffix, Some(kind.as_str()), Some(name), who)
+}
+
+fn machine(name: &str) -> ((Kind, ObjectKey), TfObject) {
+    let obj = TfObject {
+        kind: Kind::TerraformMachine,
+        name: name.into(),
+        cluster_label: None,
+        jobs: None,
+        cluster: None,
+        captf: Default::default(),
+    };
+    ((obj.kind, ObjectKey::new(NS, name)), obj)
+}
+
+/// Every sample line of a Prometheus 0.0.4 exposition, as (metric name and
+/// label set) -> how often it appears.
+fn series_counts(text: &str) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let series = line.rsplit_once(' ').map_or(line, |(s, _)| s);
+        *out.entry(series.to_string()).or_default() += 1;
+    }
+    out
+}
+
+#[test]
+fn a_lease_cannot_impersonate_another_object_in_the_exposition() {
+    let m = Kind::TerraformMachine;
+    let other = state_suffix(NS, m, "other");
+    let other2 = state_suffix(NS, m, "other2");
+    let (shared, _rx) = Shared::new();
+    shared.update(|ix: &mut Index, now| {
+        let mut fx = Effects::default();
+        let (k, o) = machine("web");
+        ix.apply(k, o, now);
+        // A real object whose name is also a Lease's suffix.
+        let (k, o) = machine("x-m");
+        ix.apply(k, o, now);
+        let leases = [
+            // web's own held lock.
+            own_lease(m, "web", "alice@laptop"),
+            // A Lease with web's labels copied, under another suffix.
+            lease(
+                &other,
+                Some("TerraformMachine"),
+                Some("web"),
+                "mallory@laptop",
+            ),
+            // The lock of a deleted object (labels verify), and a copy of it.
+            own_lease(m, "retained", "bob@laptop"),
+            lease(
+                &other2,
+                Some("TerraformMachine"),
+                Some("retained"),
+                "eve@laptop",
+            ),
+            // Suffixes that are also the names of a real object and of a
+            // retained lock: a label-less Lease falls back to its suffix.
+            lease("x-m", None, None, "trudy@laptop"),
+            own_lease(m, "y-m", "carol@laptop"),
+            lease(
+                "y-m",
+                Some("TerraformMachine"),
+                Some("nope"),
+                "oscar@laptop",
+            ),
+            // No kind anywhere: kind "", name the suffix.
+            lease("plain", None, None, "peggy@laptop"),
+        ];
+        for (k, l) in leases {
+            let more = ix.apply(k, l, now);
+            fx.class_changes.extend(more.class_changes);
+        }
+        fx
+    });
+    let text = render(&shared, Format::Prometheus).expect("renders");
+    let dups: Vec<(String, usize)> = series_counts(&text)
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .collect();
+    assert!(dups.is_empty(), "duplicate series {dups:?}\n{text}");
+    // The real objects keep their own series; impostors get their suffix.
+    let held = |kind: &str, name: &str| {
+        format!("captf_state_lock_held{{namespace=\"{NS}\",kind=\"{kind}\",name=\"{name}\"}} 1")
+    };
+    for line in [
+        held("TerraformMachine", "web"),
+        held("TerraformMachine", "retained"),
+        held("TerraformMachine", &other),
+        held("TerraformMachine", &other2),
+        held("TerraformMachine", "y-m"),
+        held("", "x-m"),
+        held("", "y-m"),
+        held("", "plain"),
+    ] {
+        assert!(text.contains(&line), "missing {line}\n{text}");
+    }
+    assert!(text.contains(&format!(
+        "captf_state_lock_held{{namespace=\"{NS}\",kind=\"TerraformMachine\",name=\"x-m\"}} 0"
+    )));
+    let web_holders = text
+        .lines()
+        .filter(|l| l.starts_with("captf_state_lock_info{") && l.contains("name=\"web\""))
+        .count();
+    assert_eq!(web_holders, 1, "{text}");
+}
