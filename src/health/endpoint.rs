@@ -7,7 +7,6 @@ use std::fmt::{self, Write as _};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
-use super::counters::value;
 use super::Health;
 
 /// What happened to one request for a protected path.
@@ -147,11 +146,17 @@ impl Health {
 
     /// Decisions counted so far for `result`.
     pub fn auth(&self, result: AuthResult) -> u64 {
-        value(&self.counters.auth, &AuthLabels { result })
+        self.counters
+            .auth
+            .get(&AuthLabels { result })
+            .map_or(0, |c| c.get())
     }
 
     /// Review calls counted so far.
     pub fn reviews(&self, review: Review, result: Outcome) -> u64 {
-        value(&self.counters.reviews, &ReviewLabels { review, result })
+        self.counters
+            .reviews
+            .get(&ReviewLabels { review, result })
+            .map_or(0, |c| c.get())
     }
 }

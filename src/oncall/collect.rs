@@ -242,10 +242,11 @@ pub async fn pinned_image(
     namespace: &str,
     kind: Kind,
     name: &str,
-) -> super::fix::Lookup {
+) -> super::model::Lookup {
     use super::fix::{
-        applied_secret_name, pinned_image as pin, Lookup, IMAGE_ANNOTATION, IMAGE_DIGEST_ANNOTATION,
+        applied_secret_name, pinned_image as pin, IMAGE_ANNOTATION, IMAGE_DIGEST_ANNOTATION,
     };
+    use super::model::Lookup;
     use super::shell::shq;
     let secret = applied_secret_name(kind, name);
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =

@@ -1,4 +1,4 @@
-//! The shell commands a lock's report carries ([`Commands`]): inspect the
+//! The shell commands a lock's report carries ([`Commands`], built here): inspect the
 //! Lease and the holder pod, confirm the release, `explain` the lock,
 //! nudge CAPTF, and the guarded release of a lock whose lock-info does not
 //! parse, each with every placeholder filled in; and the review of a
@@ -10,37 +10,11 @@
 //! quoted ([`shq`]: lock-info is untrusted) is one concern, reviewed in
 //! one place. The runbook's fix commands are [`super::fix`].
 
-use serde::Serialize;
-
 use crate::core::podname::{check_pod_name, PodName};
 use crate::index::LockFacts;
 
-use super::model::{NotOwn, OwnVerdict};
+use super::model::{Commands, NotOwn, OwnVerdict};
 use super::shell::shq;
-
-/// The kubectl commands for this lock, placeholders filled and quoted.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Commands {
-    /// Inspect the Lease.
-    pub lease: String,
-    /// Inspect the holder pod: only when the host is named like a CAPTF
-    /// runner pod (of this object or another) and is a valid pod name. A
-    /// list by name, so it exits 0 and says `No resources found` when the
-    /// pod is gone. None for a workstation host.
-    pub pod: Option<String>,
-    /// Reads `spec.holderIdentity`, the ID Terraform's and OpenTofu's
-    /// `Unlock` compares; empty output once the lock is clear.
-    pub confirm: String,
-    /// This report from the command line.
-    pub explain: String,
-    /// Makes CAPTF reconcile the object: an annotation CAPTF does not own.
-    pub nudge: String,
-    /// For lock-info that is present but does not parse: the one request
-    /// that does what the backend's `Unlock` does (clear the holder and
-    /// lock-info), refused by the API server if the holder changed.
-    /// `force-unlock` cannot release such a lock with any ID.
-    pub release: Option<String>,
-}
 
 impl Commands {
     /// The commands for the held lock `f`, whose Lease is `lease_name`,

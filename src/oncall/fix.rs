@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use crate::core::classify::HolderClass;
 use crate::core::kind::Kind;
 
-use super::model::{LockReport, OwnVerdict};
+use super::model::{FixInputs, LockReport, Lookup, OwnVerdict};
 use super::render::human_duration;
 use super::shell::shq;
 use crate::core::shown::has_hidden;
@@ -32,26 +32,6 @@ pub const IMAGE_ANNOTATION: &str = "captf.io/image";
 /// The minimal root module force-unlock needs: a backend declaration.
 pub const MAIN_TF_JSON: &str =
     "{\n  \"terraform\": {\n    \"backend\": {\n      \"kubernetes\": {}\n    }\n  }\n}";
-
-/// A value the fix needs: found (and where), or not readable (why, and
-/// the command that reads it).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Lookup {
-    /// The value and where it came from.
-    Found {
-        /// The value.
-        value: String,
-        /// Where it was read.
-        from: String,
-    },
-    /// Could not be read.
-    Unreadable {
-        /// What could not be read and why, in words.
-        why: String,
-        /// A shell command that prints the value.
-        read_with: String,
-    },
-}
 
 /// CAPTF's applied-inputs Secret of an object (`captf-applied-<short>-<name>`).
 pub fn applied_secret_name(kind: Kind, name: &str) -> String {
@@ -148,18 +128,6 @@ pub fn hcl_map(labels: &BTreeMap<String, String>) -> String {
         .map(|(k, v)| format!("{}={}", go_quote(k), go_quote(v)))
         .collect();
     format!("{{{}}}", parts.join(","))
-}
-
-/// What the fix needs beyond the report.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FixInputs {
-    /// The pinned `<image>@<digest>`.
-    pub image: Lookup,
-    /// The backend labels as an HCL object.
-    pub labels: Lookup,
-    /// The image repository (or, ending in `/`, the repository prefix)
-    /// whose images the fix may run (`--runner-image-repository`).
-    pub trusted_repository: String,
 }
 
 /// The fix section `explain` prints for `r`.

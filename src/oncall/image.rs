@@ -12,8 +12,7 @@
 
 use std::fmt::Write as _;
 
-use super::fix::Lookup;
-use super::model::LockReport;
+use super::model::{LockReport, Lookup};
 use super::shell::{show, shq};
 
 /// The default of `--runner-image-repository`: the registry path CAPTF

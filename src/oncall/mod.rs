@@ -24,8 +24,9 @@ use crate::core::classify::HolderClass;
 use crate::core::kind::Kind;
 use crate::core::suffix::{lock_lease_name, state_suffix};
 use crate::index::{LockFilter, LockKey, ObjectKey, ObjectRef};
-use fix::{backend_labels, hcl_map, FixInputs, Lookup};
+use fix::{backend_labels, hcl_map};
 use model::LockReport;
+use model::{FixInputs, Lookup};
 use render::Output;
 use report::sort_by_urgency;
 

@@ -14,8 +14,6 @@ use crate::core::classify::HolderClass;
 use crate::core::kind::Kind;
 use crate::index::ObjectKnown;
 
-use super::commands::Commands;
-
 /// Why a holder is not one of the object's own runner pods.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "reason")]
@@ -259,4 +257,60 @@ impl LockReport {
         .then_some(t - self.age_seconds)
         .filter(|s| *s >= 0.0)
     }
+}
+
+/// The kubectl commands for this lock, placeholders filled and quoted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Commands {
+    /// Inspect the Lease.
+    pub lease: String,
+    /// Inspect the holder pod: only when the host is named like a CAPTF
+    /// runner pod (of this object or another) and is a valid pod name. A
+    /// list by name, so it exits 0 and says `No resources found` when the
+    /// pod is gone. None for a workstation host.
+    pub pod: Option<String>,
+    /// Reads `spec.holderIdentity`, the ID Terraform's and OpenTofu's
+    /// `Unlock` compares; empty output once the lock is clear.
+    pub confirm: String,
+    /// This report from the command line.
+    pub explain: String,
+    /// Makes CAPTF reconcile the object: an annotation CAPTF does not own.
+    pub nudge: String,
+    /// For lock-info that is present but does not parse: the one request
+    /// that does what the backend's `Unlock` does (clear the holder and
+    /// lock-info), refused by the API server if the holder changed.
+    /// `force-unlock` cannot release such a lock with any ID.
+    pub release: Option<String>,
+}
+
+/// A value the fix needs: found (and where), or not readable (why, and
+/// the command that reads it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// The value and where it came from.
+    Found {
+        /// The value.
+        value: String,
+        /// Where it was read.
+        from: String,
+    },
+    /// Could not be read.
+    Unreadable {
+        /// What could not be read and why, in words.
+        why: String,
+        /// A shell command that prints the value.
+        read_with: String,
+    },
+}
+
+/// What the fix needs beyond the report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FixInputs {
+    /// The pinned `<image>@<digest>`.
+    pub image: Lookup,
+    /// The backend labels as an HCL object.
+    pub labels: Lookup,
+    /// The image repository (or, ending in `/`, the repository prefix)
+    /// whose images the fix may run (`--runner-image-repository`).
+    pub trusted_repository: String,
 }

@@ -20,7 +20,8 @@ use crate::core::shown::shown;
 use crate::core::timeouts::Source;
 use crate::index::{unix_seconds, CaptfView, LockFacts, LockLease, ObjectKnown, PodFacts, PodRead};
 
-use super::commands::{plan_review, Commands};
+use super::commands::plan_review;
+use super::model::Commands;
 use super::model::{
     CaptfReport, ConditionReport, InfoFields, LockReport, NotOwn, OwnVerdict, PendingPlan,
     PodReport, Sourced,

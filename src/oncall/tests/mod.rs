@@ -10,9 +10,7 @@ mod page;
 
 use std::time::{Duration, SystemTime};
 
-use super::fix::{
-    backend_labels, captf_backend_labels, fix_text, hcl_map, pinned_image, FixInputs, Lookup,
-};
+use super::fix::{backend_labels, captf_backend_labels, fix_text, hcl_map, pinned_image};
 use super::model::*;
 use super::report::*;
 use super::*;
