@@ -11,6 +11,7 @@ mod encoding;
 mod follow;
 pub mod ingest;
 pub mod list_watch;
+mod lock_id;
 pub mod proto;
 mod request;
 mod sink;

@@ -36,7 +36,10 @@ use kube::core::response::StatusSummary;
 use kube::core::watch::{Bookmark, BookmarkMeta};
 use kube::core::{ObjectMeta, Status, TypeMeta, WatchEvent};
 
-use super::slim::{LeaseObject, LeaseSpec, LOCK_INFO_ANNOTATION};
+use super::slim::{
+    CapiClusterObject, EventObject, LeaseObject, LeaseSpec, PodObject, TerraformObject,
+    TerraformPlanObject, LOCK_INFO_ANNOTATION,
+};
 use wire::{fields, Value};
 
 /// The magic that begins a protobuf-encoded Kubernetes object.
@@ -101,6 +104,13 @@ pub trait Protobuf: Sized + 'static {
     /// How to read the kind in protobuf, None to ask the server for JSON.
     const PROTOBUF: Option<&'static ProtoKind<Self>> = None;
 }
+
+// Custom resources and kinds read in JSON: the default (ask for JSON).
+impl Protobuf for PodObject {}
+impl Protobuf for TerraformObject {}
+impl Protobuf for TerraformPlanObject {}
+impl Protobuf for CapiClusterObject {}
+impl Protobuf for EventObject {}
 
 impl Protobuf for LeaseObject {
     const PROTOBUF: Option<&'static ProtoKind<Self>> = Some(&ProtoKind {
@@ -280,7 +290,7 @@ pub fn lease(raw: &[u8]) -> Result<LeaseObject, ProtoError> {
                 for f in fields(v.bytes("spec")?) {
                     if let (1, v) = f? {
                         s.holder_identity =
-                            crate::watch::trim::keep_lock_id(v.string("spec.holderIdentity")?);
+                            super::lock_id::keep_lock_id(v.string("spec.holderIdentity")?);
                     }
                 }
                 spec = Some(s);

@@ -80,7 +80,7 @@ pub struct LeaseSpec {
 /// A lock ID as [`crate::watch::trim::keep_lock_id`] keeps it; anything
 /// but a string reads as empty.
 fn lenient_lock_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    lenient_string(d).map(|id| crate::watch::trim::keep_lock_id(&id))
+    lenient_string(d).map(|id| super::lock_id::keep_lock_id(&id))
 }
 
 /// A Lease.
@@ -115,7 +115,6 @@ pub struct PodObject {
     pub status: Option<PodStatus>,
 }
 slim_resource!(PodObject);
-impl crate::watch::proto::Protobuf for PodObject {}
 
 /// `spec.jobs` (or `spec.defaults.jobs`) as written.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -239,7 +238,6 @@ pub struct TerraformObject {
     pub status: Option<TerraformStatus>,
 }
 slim_resource!(TerraformObject);
-impl crate::watch::proto::Protobuf for TerraformObject {}
 
 /// `spec.targetRef` of a TerraformPlan.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -283,7 +281,6 @@ pub struct TerraformPlanObject {
     pub status: Option<PlanStatusDoc>,
 }
 slim_resource!(TerraformPlanObject);
-impl crate::watch::proto::Protobuf for TerraformPlanObject {}
 
 /// `spec.infrastructureRef` of a CAPI Cluster, in either version's shape.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -323,7 +320,6 @@ pub struct CapiClusterObject {
     pub spec: Option<CapiSpec>,
 }
 slim_resource!(CapiClusterObject);
-impl crate::watch::proto::Protobuf for CapiClusterObject {}
 
 /// An object an Event is about, or relates to.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -385,7 +381,6 @@ pub struct EventObject {
     pub deprecated_last_timestamp: String,
 }
 slim_resource!(EventObject);
-impl crate::watch::proto::Protobuf for EventObject {}
 
 #[cfg(test)]
 mod tests;

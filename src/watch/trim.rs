@@ -2,7 +2,6 @@
 //! keeps of each, and which objects it keeps at all.
 
 use kube::ResourceExt;
-use sha2::{Digest, Sha256};
 
 use crate::core::jobname::is_job_of;
 use crate::core::kind::Kind;
@@ -25,6 +24,7 @@ pub const TFSTATE_LABEL: &str = "tfstate";
 pub const CAPTF_LEASE_LABEL: &str = "captf.io/lease";
 /// Label of CAPTF-managed objects (runner Jobs and pods).
 pub const MANAGED_LABEL: &str = "captf.io/managed";
+pub use super::lock_id::{cut_lock_id_parts, keep_lock_id, lock_id_cut, MAX_LOCK_ID_BYTES};
 use super::slim::JobsDoc;
 pub use super::slim::{
     CapiClusterObject, EventObject, EventRef, LeaseObject, PodObject, TerraformObject,
@@ -40,38 +40,6 @@ pub const OWNER_NAME_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-
 /// CAPI's cluster-name label.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
-/// Longest lock ID (`spec.holderIdentity`, lock-info `ID`) kept as
-/// written. The backends write a UUID (36 bytes) into both; the Lease's
-/// writer can put up to the object's limit (1.5 MiB) into holderIdentity
-/// and the annotations' (256 KiB) into the ID, kept per Lease for as long
-/// as it exists. A longer ID is kept cut ([`keep_lock_id`]).
-pub const MAX_LOCK_ID_BYTES: usize = 1024;
-
-/// What is kept of a lock ID: the ID itself up to [`MAX_LOCK_ID_BYTES`],
-/// else its head (up to that many bytes), `…` and its length and sha256.
-///
-/// Nothing a verdict reads changes: a cut ID is as non-empty as the whole
-/// one (held), two IDs are equal exactly when what is kept of them is
-/// (the length and hash tell IDs with one head apart, so a new lock is
-/// still a new lock), the `lock_id` label is the first 128 bytes (the
-/// head's), and a cut ID is longer than any ID kept whole, so no ID
-/// written as such can pass for it. Only the commands need the whole ID:
-/// they read it from the Lease ([`lock_id_cut`]).
-pub fn keep_lock_id(id: &str) -> String {
-    if id.len() <= MAX_LOCK_ID_BYTES {
-        return id.to_owned();
-    }
-    let head = crate::index::cap(id, MAX_LOCK_ID_BYTES);
-    let digest = hex::encode(Sha256::digest(id.as_bytes()));
-    format!("{head}…[cut: {} bytes, sha256 {digest}]", id.len())
-}
-
-/// Whether a kept lock ID is a cut one ([`keep_lock_id`]): the commands
-/// then read the whole ID from the Lease instead of printing it.
-pub fn lock_id_cut(kept: &str) -> bool {
-    kept.len() > MAX_LOCK_ID_BYTES
-}
-
 /// Longest name an object can have (a DNS-1123 subdomain), and so the
 /// most of a reference to one (a plan's target, a Cluster's
 /// infrastructureRef: written by whoever may write the object) that can
@@ -86,17 +54,6 @@ fn keep_name(s: &str) -> String {
         return s.to_owned();
     }
     format!("{}…", crate::index::cap(s, MAX_NAME_BYTES - 3))
-}
-
-/// The head and whole length (bytes) of a cut lock ID
-/// ([`keep_lock_id`]); None for an ID kept whole.
-pub fn cut_lock_id_parts(kept: &str) -> Option<(&str, usize)> {
-    if !lock_id_cut(kept) {
-        return None;
-    }
-    let (head, rest) = kept.rsplit_once("…[cut: ")?;
-    let len = rest.split_once(' ')?.0.parse().ok()?;
-    Some((head, len))
 }
 
 fn key_of(meta: &kube::core::ObjectMeta) -> ObjectKey {
