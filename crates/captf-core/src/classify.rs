@@ -90,6 +90,22 @@ pub enum PodEvidence {
 
 /// The class of a held lock from its holder and, for own pods, the pod
 /// evidence (ignored otherwise).
+///
+/// ```
+/// use captf_core::classify::{classify, holder_of, HolderClass, PodEvidence};
+/// use captf_core::kind::Kind;
+/// use captf_core::lockinfo::parse_lock_info;
+///
+/// let web = Some((Kind::TerraformMachine, "web"));
+/// let runner = parse_lock_info(r#"{"ID":"1","Who":"root@captf-m-web-apply-a0-abc123-x7k2p"}"#).ok();
+/// let laptop = parse_lock_info(r#"{"ID":"2","Who":"alice@laptop"}"#).ok();
+///
+/// let own = holder_of(runner.as_ref(), web);
+/// assert_eq!(classify(&own, PodEvidence::Live), HolderClass::OwnLive);
+/// assert_eq!(classify(&own, PodEvidence::Gone), HolderClass::OwnStale);
+/// let foreign = holder_of(laptop.as_ref(), web);
+/// assert_eq!(classify(&foreign, PodEvidence::Gone), HolderClass::Foreign);
+/// ```
 pub fn classify(holder: &Holder, pod: PodEvidence) -> HolderClass {
     match holder {
         Holder::Unknown => HolderClass::Unknown,

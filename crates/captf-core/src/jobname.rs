@@ -65,6 +65,19 @@ impl std::fmt::Display for Op {
 /// CAPTF's `jobs.Name`: `captf-<kindshort>-<name>-<op>-a<attempt>-<hash6>`,
 /// with `<name>` replaced by `hex(sha256(name))[:16]` when the whole name
 /// would exceed [`MAX_JOB_NAME_LEN`] bytes.
+///
+/// ```
+/// use captf_core::jobname::{job_name, owns_pod, Op};
+///
+/// let job = job_name("m", "web", Op::Apply, 0, "abc123");
+/// assert_eq!(job, "captf-m-web-apply-a0-abc123");
+/// // Its pods add a 5-character suffix; a look-alike of another object is not own.
+/// assert!(owns_pod("m", "web", "captf-m-web-apply-a0-abc123-x7k2p"));
+/// assert!(!owns_pod("m", "web", "captf-m-web2-apply-a0-abc123-x7k2p"));
+/// // A name that would pass the 57-byte cap is replaced by its hash.
+/// let long = job_name("m", &"x".repeat(60), Op::Apply, 0, "abc123");
+/// assert!(long.len() <= 57 && !long.contains("xxxx"));
+/// ```
 pub fn job_name(kindshort: &str, name: &str, op: Op, attempt: i32, hash6: &str) -> String {
     let n = format!("captf-{kindshort}-{name}-{op}-a{attempt}-{hash6}");
     if n.len() <= MAX_JOB_NAME_LEN {

@@ -131,6 +131,17 @@ impl Field {
 ///
 /// The annotation is a Kubernetes string, so it is always valid UTF-8; use
 /// [`parse_lock_info_bytes`] for arbitrary bytes.
+///
+/// ```
+/// use captf_core::lockinfo::parse_lock_info;
+///
+/// let info = parse_lock_info(r#"{"ID":"4f2c","Who":"alice@laptop","Created":"0001-01-01T00:00:00Z"}"#)
+///     .expect("valid lock-info");
+/// assert_eq!((info.id.as_str(), info.who.as_str()), ("4f2c", "alice@laptop"));
+/// assert_eq!(info.created, None); // Go's zero time is no lock time
+/// // Go's encoding/json refuses a number where a string is declared.
+/// assert!(parse_lock_info(r#"{"ID":7}"#).is_err());
+/// ```
 pub fn parse_lock_info(raw: &str) -> Result<LockInfo, LockInfoError> {
     scanner::decode(raw.as_bytes())
 }
