@@ -26,6 +26,13 @@ shared_target() {
 }
 shared_target
 
+# A full disk fails whichever stage meets it first ("No space left on device"), far from the cause:
+# say it once, up front. A full run writes about 15 GiB (target/, the control plane's tools).
+free_gib=$(df -P --block-size=1G "$ROOT/" 2>/dev/null | awk 'NR==2 {print $4}')
+if [ -n "$free_gib" ] && [ "$free_gib" -lt 15 ]; then
+  echo "WARNING: ${free_gib} GiB free on the disk of $ROOT; a full run needs about 15 GiB"
+fi
+
 install_deps() {
   log "install dependencies"
   local apt_pkgs=(prometheus prometheus-alertmanager yamllint chromium jq
