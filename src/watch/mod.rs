@@ -15,6 +15,7 @@ pub mod proto;
 mod request;
 mod sink;
 pub mod slim;
+mod state;
 mod timing;
 pub mod trim;
 
@@ -29,8 +30,8 @@ use crate::health::ErrorReason;
 use crate::index::{Index, IndexResource, Resource};
 use crate::shared::Shared;
 use ingest::Ingest;
-pub use list_watch::{Exit, Selectors};
-pub use request::reason_of;
+pub use list_watch::Exit;
+pub use request::{reason_of, Selectors};
 pub use timing::Timing;
 
 pub use encoding::Wire;
