@@ -26,7 +26,8 @@ use tokio::time::Instant;
 
 use super::encoding::open_watch;
 use super::proto::Protobuf;
-use super::request::{bounded, Events, Failed, Selectors};
+use super::request::{bounded, Events, Failed};
+use super::resources::Selectors;
 use super::sink::{Item, Sink};
 use super::state::{clean_end, Scope, WatchEnd};
 use super::timing::Timing;
@@ -100,12 +101,12 @@ fn undecodable(e: &kube::Error) -> bool {
 /// timeout plus [`Timing::timeout_margin`] (the server should have ended
 /// it by then).
 fn silence_limit(
-    shared: &crate::shared::Shared,
+    api: &crate::client::ApiLink,
     timing: Timing,
     seconds: u32,
     bookmarks_seen: bool,
 ) -> std::time::Duration {
-    if bookmarks_seen || shared.api.unpinged() {
+    if bookmarks_seen || api.unpinged() {
         timing.silence
     } else {
         std::time::Duration::from_secs(u64::from(seconds)) + timing.timeout_margin
@@ -150,7 +151,7 @@ where
         let limit = if initial {
             timing.request
         } else {
-            silence_limit(sink.shared, timing, seconds, scope.bookmarks_seen)
+            silence_limit(&sink.ctx.api, timing, seconds, scope.bookmarks_seen)
         };
         // A relist that is due ends the watch even if it keeps streaming
         // (a server or proxy that ignores `timeoutSeconds`).
@@ -181,7 +182,7 @@ where
                 );
                 // Its connection may be half-open (or, over HTTP/1.1 with
                 // no pings, hung): the restart must not queue on it.
-                sink.shared.api.reset_connections();
+                sink.ctx.api.reset_connections();
                 return WatchEnd::Resume(rv);
             }
             Ok(None) if initial => {

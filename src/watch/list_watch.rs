@@ -46,11 +46,10 @@ use tokio::time::Instant;
 
 use crate::health::SyncMode;
 use crate::index::{Index, IndexResource};
-use crate::shared::Shared;
 use crate::watch::follow;
-use crate::watch::ingest::Ingest;
 use crate::watch::proto::Protobuf;
-use crate::watch::request::{bounded, Failed, Selectors};
+use crate::watch::request::{bounded, Failed};
+use crate::watch::resources::Selectors;
 use crate::watch::sink::{Item, Sink};
 use crate::watch::state::{step, Action, Failure, Outcome, Scope, State};
 use crate::watch::timing::{Backoff, Timing};
@@ -62,7 +61,7 @@ pub enum Exit {
     GaveUp(kube::Error),
 }
 
-/// Lists, then watches, `api` forever, feeding trimmed objects to `ingest`.
+/// Lists, then watches, `api` forever, feeding trimmed objects to `sink`.
 ///
 /// A whole state of the scope (the first sync, a relist) comes from one
 /// streaming watch-list while the server streams them
@@ -71,9 +70,8 @@ pub enum Exit {
 /// Returns only when `give_up` accepts an error met before the first sync
 /// succeeded (a version of a resource that is not served, a rejected
 /// selector), so the caller can try another way.
-pub async fn run<K, T, F>(
-    shared: &Shared,
-    ingest: Ingest<T>,
+pub(super) async fn run<K, T, F>(
+    mut sink: Sink<'_, T>,
     api: Api<K>,
     selectors: Selectors,
     timing: Timing,
@@ -85,18 +83,18 @@ where
     Index: IndexResource<T>,
     F: Fn(&K) -> Item<T>,
 {
-    let mut sink = Sink { shared, ingest };
+    let ctx = sink.ctx;
     let mut scope = Scope::new(timing, Backoff::new(timing));
     let failure = |failed: Failed| Failure {
         gives_up: matches!(&failed, Failed::Api(e) if give_up(e)),
-        retry_after: shared.api.retry_after_remaining(),
+        retry_after: ctx.api.retry_after_remaining(),
         failed,
     };
     let mut state = State::Start;
     let mut outcome = Outcome::Done;
     let mut started = Instant::now();
     loop {
-        let streams = shared.watch_list.streams();
+        let streams = ctx.watch_list.streams();
         let action;
         (state, action) = step(state, &mut scope, outcome, started, streams, Instant::now());
         started = Instant::now();
@@ -132,7 +130,7 @@ where
                     seconds,
                     &rv,
                     streaming,
-                    shared.wire.protobuf(),
+                    ctx.wire.protobuf(),
                 )
                 .await;
                 match opened {
@@ -155,13 +153,13 @@ where
             } => {
                 sink.failure(failed.reason(), what, &failed);
                 if drop_connections {
-                    shared.api.reset_connections();
+                    ctx.api.reset_connections();
                 }
                 tokio::time::sleep(wait).await;
                 Outcome::Done
             }
             Action::FallBack(why) => {
-                shared.watch_list.fall_back(sink.ingest.resource(), &why);
+                ctx.watch_list.fall_back(sink.ingest.resource(), &why);
                 Outcome::Done
             }
             Action::GiveUp(err) => return Exit::GaveUp(err),

@@ -1,5 +1,4 @@
-//! The requests of the watch loop: what they filter ([`Selectors`]), what
-//! a watch yields ([`Events`]), how they fail: [`Failed`], its closed-set
+//! The requests of the watch loop: what a watch yields ([`Events`]), how they fail: [`Failed`], its closed-set
 //! reason ([`reason_of`]), and [`bounded`], which makes a request that
 //! never answers a failure too.
 //!
@@ -14,15 +13,6 @@ use futures::stream::BoxStream;
 use kube::api::WatchEvent;
 
 use crate::health::ErrorReason;
-
-/// Server-side filters of one watch.
-#[derive(Clone, Debug, Default)]
-pub struct Selectors {
-    /// Label selector.
-    pub labels: Option<&'static str>,
-    /// Field selector.
-    pub fields: Option<&'static str>,
-}
 
 /// The events of one open watch.
 pub(super) type Events<K> = BoxStream<'static, Result<WatchEvent<K>, kube::Error>>;
