@@ -54,7 +54,7 @@ use crate::watch::sink::{Item, Sink};
 use crate::watch::state::{step, Action, Failure, Outcome, Scope, State};
 use crate::watch::timing::{Backoff, Timing};
 
-/// Why [`run`] returned.
+/// Why the list-then-watch loop returned.
 #[derive(Debug)]
 pub enum Exit {
     /// The caller's `give_up` accepted this error before the first list.

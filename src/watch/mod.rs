@@ -3,7 +3,7 @@
 //!
 //! A failing request backs off and retries forever; its failure is reported
 //! through `captf_lock_exporter_watch_up`, `watch_errors_total` and one log
-//! line per episode, never by ending the process (see [`list_watch`]).
+//! line per episode, never by ending the process (see `list_watch`).
 //! Where each resource is served comes from the resource table
 //! ([`resources`]); what the watches share besides the index (the API
 //! link, watch-list support, the wire format) is their [`Context`].

@@ -94,41 +94,20 @@ enum Want {
     GiveUp,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn row(
-    rule: &'static str,
-    state: State,
-    given: fn(&mut Scope),
-    outcome: fn() -> Outcome,
-    took: Duration,
-    streams: bool,
-    next: State,
-    want: Want,
-) -> Row {
-    Row {
-        rule,
-        state,
-        given,
-        outcome,
-        took,
-        streams,
-        next,
-        want,
-    }
-}
-
-struct Row {
-    rule: &'static str,
-    state: State,
-    /// What the scope knows before the step.
-    given: fn(&mut Scope),
-    outcome: fn() -> Outcome,
-    /// How long the request took (the step runs this after `started`).
-    took: Duration,
-    streams: bool,
-    next: State,
-    want: Want,
-}
+/// One rule: its name; the state; what the scope knows before the step;
+/// the outcome of the last action; how long its request took (the step
+/// runs that long after `started`); whether the server streams
+/// watch-lists; then the state and the action `step` must answer.
+type Row = (
+    &'static str,
+    State,
+    fn(&mut Scope),
+    fn() -> Outcome,
+    Duration,
+    bool,
+    State,
+    Want,
+);
 
 fn nothing(_: &mut Scope) {}
 
@@ -179,64 +158,55 @@ fn listing() -> State {
 #[rustfmt::skip]
 fn rows() -> Vec<Row> {
     vec![
-        row("start, the server streams watch-lists: a watch-list, no LIST", State::Start, nothing, || Outcome::Done, ms(0), true, watch_list(), Want::Open { rv: "", not_before: None }),
-        row("start, paged (--watch-list=false or fallen back): a paged list", State::Start, nothing, || Outcome::Done, ms(0), false, listing(), Want::List { after: false }),
-        row("listed: a watch from the list's version, paced after the last watch", listing(), |s| s.last_watch = Some(Instant::now()), || Outcome::Listed("7".into()), ms(100), false, watching("7"), paced("7")),
-        row("watch-list refused 429 'initializing': this sync paged, at once", watch_list(), nothing, || Outcome::OpenFailed(failure(api(429, "storage is (re)initializing"))), ms(5), true, State::Listing { may_give_up: false }, Want::List { after: true }),
-        row("watch-list refused 422: paged for this server", watch_list(), nothing, || Outcome::OpenFailed(giving_up(api(422, "sendInitialEvents is forbidden"))), ms(5), true, State::Start, Want::FallBack),
-        row("watch-list refused 400 naming resourceVersionMatch: paged for this server", watch_list(), nothing, || Outcome::OpenFailed(giving_up(api(400, "resourceVersionMatch: Forbidden"))), ms(5), true, State::Start, Want::FallBack),
-        row("watch-list refused 400 for a field selector, not synced: the caller's give_up", watch_list(), nothing, || Outcome::OpenFailed(giving_up(api(400, "field label not supported"))), ms(5), true, State::Start, Want::GiveUp),
-        row("list failed 404, not synced, give_up accepts: give up", listing(), nothing, || Outcome::ListFailed(giving_up(api(404, "not found"))), ms(5), false, State::Start, Want::GiveUp),
-        row("list failed 404 after the first sync: no give up, a pause", listing(), synced, || Outcome::ListFailed(giving_up(api(404, "not found"))), ms(0), false, State::Start, paused("list")),
-        row("the list standing in for an initializing watch-list never gives up", State::Listing { may_give_up: false }, nothing, || Outcome::ListFailed(giving_up(api(404, "not found"))), ms(0), true, State::Start, paused("list")),
-        row("watch start failed 410: a whole state, after the backoff", watching("5"), synced, || Outcome::OpenFailed(failure(api(410, "too old resource version"))), ms(0), false, State::Start, paused("watch")),
-        row("watch start failed 429: resume from the version, after Retry-After", watching("5"), synced, || Outcome::OpenFailed(asked(api(429, "too many requests"), ms(5000))), ms(0), false, resume("5"), Want::Pause { what: "watch", drop: false, wait: (ms(5000), ms(5000)) }),
-        row("watch-list failed 429 (not initializing): a whole state again, it had no version", watch_list(), nothing, || Outcome::OpenFailed(failure(api(429, "too many requests"))), ms(0), true, State::Start, paused("watch")),
-        row("watch start failed 503 with Retry-After: a whole state (issue 33), after Retry-After", watching("5"), synced, || Outcome::OpenFailed(asked(api(503, "unavailable"), ms(4000))), ms(0), false, State::Start, Want::Pause { what: "watch", drop: false, wait: (ms(4000), ms(4000)) }),
-        row("Retry-After is only heeded on a 429 or 503", watching("5"), synced, || Outcome::OpenFailed(asked(api(403, "forbidden"), ms(4000))), ms(0), false, State::Start, paused("watch")),
-        row("watch start timed out: pooled connections dropped, backoff less the time taken", watching("5"), synced, || Outcome::OpenFailed(failure(Failed::Timeout(T.request))), T.request, false, State::Start, Want::Pause { what: "watch", drop: true, wait: (ms(0), ms(0)) }),
-        row("list timed out early: the backoff less the time taken", listing(), nothing, || Outcome::ListFailed(failure(Failed::Timeout(T.request))), ms(500), false, State::Start, Want::Pause { what: "list", drop: true, wait: (ms(300), ms(500)) }),
-        row("403 backs off up to backoff_max_config", listing(), failing, || Outcome::ListFailed(failure(api(403, "forbidden"))), ms(0), false, State::Start, Want::Pause { what: "list", drop: false, wait: (T.backoff_max_config * 8 / 10, T.backoff_max_config) }),
-        row("404 backs off up to backoff_max_config", watching("5"), failing, || Outcome::OpenFailed(failure(api(404, "not found"))), ms(0), false, State::Start, Want::Pause { what: "watch", drop: false, wait: (T.backoff_max_config * 8 / 10, T.backoff_max_config) }),
-        row("a transient failure backs off up to backoff_max", watching("5"), failing, || Outcome::OpenFailed(failure(api(500, "internal error"))), ms(0), false, State::Start, Want::Pause { what: "watch", drop: false, wait: (T.backoff_max * 8 / 10, T.backoff_max) }),
-        row("issue 33: watch start failed on a reset connection: a whole state", watching("5"), synced, || Outcome::OpenFailed(failure(reset())), ms(0), false, State::Start, paused("watch")),
-        row("issue 33: watch start refused (nothing listens): resume from the version", watching("5"), synced, || Outcome::OpenFailed(failure(refused())), ms(0), false, resume("5"), paused("watch")),
-        row("watch start failed, give_up accepts but the scope synced: a pause", watching("5"), synced, || Outcome::OpenFailed(giving_up(api(404, "not found"))), ms(0), false, State::Start, paused("watch")),
-        row("watch ended (timeout, silence): resume, backoff reset, paced", watching("5"), failing, || Outcome::Ended(WatchEnd::Resume("9".into())), ms(300_000), true, watching("9"), paced("9")),
-        row("watch ended after delivering, however soon: resume", watching("5"), synced, || Outcome::Ended(clean_end("9".into(), true, ms(10), T)), ms(10), false, watching("9"), paced("9")),
-        row("watch closed at once, nothing delivered: a transport failure, resumed after the backoff", watching("5"), synced, || Outcome::Ended(clean_end("5".into(), false, ms(10), T)), ms(10), false, resume("5"), Want::Pause { what: "watch", drop: false, wait: (ms(790), ms(990)) }),
-        row("watch ended empty but not at once: resume", watching("5"), synced, || Outcome::Ended(clean_end("5".into(), false, T.watch_min_interval, T)), T.watch_min_interval, false, watching("5"), paced("5")),
-        row("watch-list did not stream: paged for this server", watch_list(), nothing, || Outcome::Ended(WatchEnd::NotStreaming("ignored")), ms(10), true, State::Start, Want::FallBack),
-        row("watch ended with an ERROR 410: a whole state, after the backoff", watching("5"), synced, || { let gone = Failed::Status { code: 410, message: "too old".into() }; Outcome::Ended(WatchEnd::Failed(gone, Some("8".into()))) }, ms(0), false, State::Start, paused("watch")),
-        row("open watch broken (transport): resume from its last version", watching("5"), synced, || Outcome::Ended(WatchEnd::Failed(reset(), Some("8".into()))), ms(0), false, resume("8"), paused("watch")),
-        row("open watch throttled (429): resume from its last version", watching("5"), synced, || Outcome::Ended(WatchEnd::Failed(api(429, "slow down"), Some("8".into()))), ms(0), false, resume("8"), paused("watch")),
-        row("open watch failed otherwise (ERROR 500): a whole state", watching("5"), synced, || { let err = Failed::Status { code: 500, message: "etcd".into() }; Outcome::Ended(WatchEnd::Failed(err, Some("8".into()))) }, ms(0), false, State::Start, paused("watch")),
-        row("watch-list broken during its initial events: a whole state", watch_list(), nothing, || Outcome::Ended(WatchEnd::Failed(reset(), None)), ms(0), true, State::Start, paused("watch")),
-        row("after a pause: the watch from the version", resume("5"), synced, || Outcome::Done, ms(0), true, watching("5"), Want::Open { rv: "5", not_before: None }),
-        row("a relist pending (undecodable event), watch ended: a whole state", watching("5"), relist_pending, || Outcome::Ended(WatchEnd::Resume("9".into())), ms(0), true, watch_list(), paced("")),
-        row("a relist pending, after a pause that would resume: a whole state", resume("5"), relist_pending, || Outcome::Done, ms(0), false, listing(), Want::List { after: false }),
+        ("start, the server streams watch-lists: a watch-list, no LIST", State::Start, nothing, || Outcome::Done, ms(0), true, watch_list(), Want::Open { rv: "", not_before: None }),
+        ("start, paged (--watch-list=false or fallen back): a paged list", State::Start, nothing, || Outcome::Done, ms(0), false, listing(), Want::List { after: false }),
+        ("listed: a watch from the list's version, paced after the last watch", listing(), |s| s.last_watch = Some(Instant::now()), || Outcome::Listed("7".into()), ms(100), false, watching("7"), paced("7")),
+        ("watch-list refused 429 'initializing': this sync paged, at once", watch_list(), nothing, || Outcome::OpenFailed(failure(api(429, "storage is (re)initializing"))), ms(5), true, State::Listing { may_give_up: false }, Want::List { after: true }),
+        ("watch-list refused 422: paged for this server", watch_list(), nothing, || Outcome::OpenFailed(giving_up(api(422, "sendInitialEvents is forbidden"))), ms(5), true, State::Start, Want::FallBack),
+        ("watch-list refused 400 naming resourceVersionMatch: paged for this server", watch_list(), nothing, || Outcome::OpenFailed(giving_up(api(400, "resourceVersionMatch: Forbidden"))), ms(5), true, State::Start, Want::FallBack),
+        ("watch-list refused 400 for a field selector, not synced: the caller's give_up", watch_list(), nothing, || Outcome::OpenFailed(giving_up(api(400, "field label not supported"))), ms(5), true, State::Start, Want::GiveUp),
+        ("list failed 404, not synced, give_up accepts: give up", listing(), nothing, || Outcome::ListFailed(giving_up(api(404, "not found"))), ms(5), false, State::Start, Want::GiveUp),
+        ("list failed 404 after the first sync: no give up, a pause", listing(), synced, || Outcome::ListFailed(giving_up(api(404, "not found"))), ms(0), false, State::Start, paused("list")),
+        ("the list standing in for an initializing watch-list never gives up", State::Listing { may_give_up: false }, nothing, || Outcome::ListFailed(giving_up(api(404, "not found"))), ms(0), true, State::Start, paused("list")),
+        ("watch start failed 410: a whole state, after the backoff", watching("5"), synced, || Outcome::OpenFailed(failure(api(410, "too old resource version"))), ms(0), false, State::Start, paused("watch")),
+        ("watch start failed 429: resume from the version, after Retry-After", watching("5"), synced, || Outcome::OpenFailed(asked(api(429, "too many requests"), ms(5000))), ms(0), false, resume("5"), Want::Pause { what: "watch", drop: false, wait: (ms(5000), ms(5000)) }),
+        ("watch-list failed 429 (not initializing): a whole state again, it had no version", watch_list(), nothing, || Outcome::OpenFailed(failure(api(429, "too many requests"))), ms(0), true, State::Start, paused("watch")),
+        ("watch start failed 503 with Retry-After: a whole state (issue 33), after Retry-After", watching("5"), synced, || Outcome::OpenFailed(asked(api(503, "unavailable"), ms(4000))), ms(0), false, State::Start, Want::Pause { what: "watch", drop: false, wait: (ms(4000), ms(4000)) }),
+        ("Retry-After is only heeded on a 429 or 503", watching("5"), synced, || Outcome::OpenFailed(asked(api(403, "forbidden"), ms(4000))), ms(0), false, State::Start, paused("watch")),
+        ("watch start timed out: pooled connections dropped, backoff less the time taken", watching("5"), synced, || Outcome::OpenFailed(failure(Failed::Timeout(T.request))), T.request, false, State::Start, Want::Pause { what: "watch", drop: true, wait: (ms(0), ms(0)) }),
+        ("list timed out early: the backoff less the time taken", listing(), nothing, || Outcome::ListFailed(failure(Failed::Timeout(T.request))), ms(500), false, State::Start, Want::Pause { what: "list", drop: true, wait: (ms(300), ms(500)) }),
+        ("403 backs off up to backoff_max_config", listing(), failing, || Outcome::ListFailed(failure(api(403, "forbidden"))), ms(0), false, State::Start, Want::Pause { what: "list", drop: false, wait: (T.backoff_max_config * 8 / 10, T.backoff_max_config) }),
+        ("404 backs off up to backoff_max_config", watching("5"), failing, || Outcome::OpenFailed(failure(api(404, "not found"))), ms(0), false, State::Start, Want::Pause { what: "watch", drop: false, wait: (T.backoff_max_config * 8 / 10, T.backoff_max_config) }),
+        ("a transient failure backs off up to backoff_max", watching("5"), failing, || Outcome::OpenFailed(failure(api(500, "internal error"))), ms(0), false, State::Start, Want::Pause { what: "watch", drop: false, wait: (T.backoff_max * 8 / 10, T.backoff_max) }),
+        ("issue 33: watch start failed on a reset connection: a whole state", watching("5"), synced, || Outcome::OpenFailed(failure(reset())), ms(0), false, State::Start, paused("watch")),
+        ("issue 33: watch start refused (nothing listens): resume from the version", watching("5"), synced, || Outcome::OpenFailed(failure(refused())), ms(0), false, resume("5"), paused("watch")),
+        ("watch start failed, give_up accepts but the scope synced: a pause", watching("5"), synced, || Outcome::OpenFailed(giving_up(api(404, "not found"))), ms(0), false, State::Start, paused("watch")),
+        ("watch ended (timeout, silence): resume, backoff reset, paced", watching("5"), failing, || Outcome::Ended(WatchEnd::Resume("9".into())), ms(300_000), true, watching("9"), paced("9")),
+        ("watch ended after delivering, however soon: resume", watching("5"), synced, || Outcome::Ended(clean_end("9".into(), true, ms(10), T)), ms(10), false, watching("9"), paced("9")),
+        ("watch closed at once, nothing delivered: a transport failure, resumed after the backoff", watching("5"), synced, || Outcome::Ended(clean_end("5".into(), false, ms(10), T)), ms(10), false, resume("5"), Want::Pause { what: "watch", drop: false, wait: (ms(790), ms(990)) }),
+        ("watch ended empty but not at once: resume", watching("5"), synced, || Outcome::Ended(clean_end("5".into(), false, T.watch_min_interval, T)), T.watch_min_interval, false, watching("5"), paced("5")),
+        ("watch-list did not stream: paged for this server", watch_list(), nothing, || Outcome::Ended(WatchEnd::NotStreaming("ignored")), ms(10), true, State::Start, Want::FallBack),
+        ("watch ended with an ERROR 410: a whole state, after the backoff", watching("5"), synced, || { let gone = Failed::Status { code: 410, message: "too old".into() }; Outcome::Ended(WatchEnd::Failed(gone, Some("8".into()))) }, ms(0), false, State::Start, paused("watch")),
+        ("open watch broken (transport): resume from its last version", watching("5"), synced, || Outcome::Ended(WatchEnd::Failed(reset(), Some("8".into()))), ms(0), false, resume("8"), paused("watch")),
+        ("open watch throttled (429): resume from its last version", watching("5"), synced, || Outcome::Ended(WatchEnd::Failed(api(429, "slow down"), Some("8".into()))), ms(0), false, resume("8"), paused("watch")),
+        ("open watch failed otherwise (ERROR 500): a whole state", watching("5"), synced, || { let err = Failed::Status { code: 500, message: "etcd".into() }; Outcome::Ended(WatchEnd::Failed(err, Some("8".into()))) }, ms(0), false, State::Start, paused("watch")),
+        ("watch-list broken during its initial events: a whole state", watch_list(), nothing, || Outcome::Ended(WatchEnd::Failed(reset(), None)), ms(0), true, State::Start, paused("watch")),
+        ("after a pause: the watch from the version", resume("5"), synced, || Outcome::Done, ms(0), true, watching("5"), Want::Open { rv: "5", not_before: None }),
+        ("a relist pending (undecodable event), watch ended: a whole state", watching("5"), relist_pending, || Outcome::Ended(WatchEnd::Resume("9".into())), ms(0), true, watch_list(), paced("")),
+        ("a relist pending, after a pause that would resume: a whole state", resume("5"), relist_pending, || Outcome::Done, ms(0), false, listing(), Want::List { after: false }),
     ]
 }
 
-fn check(row: Row) {
+fn check((rule, state, given, outcome, took, streams, want_next, want): Row) {
     let t0 = Instant::now();
     let mut scope = Scope::new(T, Backoff::new(T));
-    scope.last_watch = None;
-    (row.given)(&mut scope);
+    given(&mut scope);
     if scope.last_watch.is_some() {
         scope.last_watch = Some(t0);
     }
-    let rule = row.rule;
-    let (next, action) = step(
-        row.state,
-        &mut scope,
-        (row.outcome)(),
-        t0,
-        row.streams,
-        t0 + row.took,
-    );
-    assert_eq!(next, row.next, "{rule}");
-    match (row.want, action) {
+    let (next, action) = step(state, &mut scope, outcome(), t0, streams, t0 + took);
+    assert_eq!(next, want_next, "{rule}");
+    match (want, action) {
         (Want::List { after }, Action::List { after: a }) => {
             assert_eq!(after, a.is_some(), "{rule}")
         }
@@ -287,7 +257,7 @@ fn every_rule_of_the_loop() {
     let failed: Vec<&str> = rows()
         .into_iter()
         .filter_map(|row| {
-            let rule = row.rule;
+            let rule = row.0;
             let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(row)));
             checked.is_err().then_some(rule)
         })
