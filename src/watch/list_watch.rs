@@ -140,7 +140,7 @@ where
                             &mut sink, stream, &mut scope, seconds, &trim, rv, streaming,
                         )
                         .await;
-                        Outcome::Ended(end)
+                        Outcome::Ended(end, ctx.api.retry_after_remaining())
                     }
                     Err(f) => Outcome::OpenFailed(failure(f)),
                 }

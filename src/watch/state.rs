@@ -108,8 +108,9 @@ pub(super) enum Outcome {
     ListFailed(Failure),
     /// The watch was not opened.
     OpenFailed(Failure),
-    /// The watch opened and ended so.
-    Ended(WatchEnd),
+    /// The watch opened and ended so; what was left of the API server's
+    /// Retry-After then.
+    Ended(WatchEnd, Option<Duration>),
 }
 
 /// What the driver does next.
@@ -172,7 +173,7 @@ pub(super) fn step(
             scope.last_watch = Some(started);
             open_failed(scope, rv, streaming, f, started, now)
         }
-        (State::Watching { .. }, Outcome::Ended(end)) => {
+        (State::Watching { .. }, Outcome::Ended(end, retry_after)) => {
             scope.last_watch = Some(started);
             match end {
                 WatchEnd::Resume(rv) => {
@@ -185,7 +186,7 @@ pub(super) fn step(
                         Some(rv) if resumes_after(&failed, true) => State::Resume { rv },
                         _ => State::Start,
                     };
-                    pause(scope, then, "watch", failed, None, started, now)
+                    pause(scope, then, "watch", failed, retry_after, started, now)
                 }
             }
         }

@@ -53,6 +53,11 @@ fn asked(failed: Failed, retry_after: Duration) -> Failure {
     }
 }
 
+/// A watch that ended so, the server having asked for no pause.
+fn ended(end: WatchEnd) -> Outcome {
+    Outcome::Ended(end, None)
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -181,18 +186,19 @@ fn rows() -> Vec<Row> {
         ("issue 33: watch start failed on a reset connection: a whole state", watching("5"), synced, || Outcome::OpenFailed(failure(reset())), ms(0), false, State::Start, paused("watch")),
         ("issue 33: watch start refused (nothing listens): resume from the version", watching("5"), synced, || Outcome::OpenFailed(failure(refused())), ms(0), false, resume("5"), paused("watch")),
         ("watch start failed, give_up accepts but the scope synced: a pause", watching("5"), synced, || Outcome::OpenFailed(giving_up(api(404, "not found"))), ms(0), false, State::Start, paused("watch")),
-        ("watch ended (timeout, silence): resume, backoff reset, paced", watching("5"), failing, || Outcome::Ended(WatchEnd::Resume("9".into())), ms(300_000), true, watching("9"), paced("9")),
-        ("watch ended after delivering, however soon: resume", watching("5"), synced, || Outcome::Ended(clean_end("9".into(), true, ms(10), T)), ms(10), false, watching("9"), paced("9")),
-        ("watch closed at once, nothing delivered: a transport failure, resumed after the backoff", watching("5"), synced, || Outcome::Ended(clean_end("5".into(), false, ms(10), T)), ms(10), false, resume("5"), Want::Pause { what: "watch", drop: false, wait: (ms(790), ms(990)) }),
-        ("watch ended empty but not at once: resume", watching("5"), synced, || Outcome::Ended(clean_end("5".into(), false, T.watch_min_interval, T)), T.watch_min_interval, false, watching("5"), paced("5")),
-        ("watch-list did not stream: paged for this server", watch_list(), nothing, || Outcome::Ended(WatchEnd::NotStreaming("ignored")), ms(10), true, State::Start, Want::FallBack),
-        ("watch ended with an ERROR 410: a whole state, after the backoff", watching("5"), synced, || { let gone = Failed::Status { code: 410, message: "too old".into() }; Outcome::Ended(WatchEnd::Failed(gone, Some("8".into()))) }, ms(0), false, State::Start, paused("watch")),
-        ("open watch broken (transport): resume from its last version", watching("5"), synced, || Outcome::Ended(WatchEnd::Failed(reset(), Some("8".into()))), ms(0), false, resume("8"), paused("watch")),
-        ("open watch throttled (429): resume from its last version", watching("5"), synced, || Outcome::Ended(WatchEnd::Failed(api(429, "slow down"), Some("8".into()))), ms(0), false, resume("8"), paused("watch")),
-        ("open watch failed otherwise (ERROR 500): a whole state", watching("5"), synced, || { let err = Failed::Status { code: 500, message: "etcd".into() }; Outcome::Ended(WatchEnd::Failed(err, Some("8".into()))) }, ms(0), false, State::Start, paused("watch")),
-        ("watch-list broken during its initial events: a whole state", watch_list(), nothing, || Outcome::Ended(WatchEnd::Failed(reset(), None)), ms(0), true, State::Start, paused("watch")),
+        ("watch ended (timeout, silence): resume, backoff reset, paced", watching("5"), failing, || ended(WatchEnd::Resume("9".into())), ms(300_000), true, watching("9"), paced("9")),
+        ("watch ended after delivering, however soon: resume", watching("5"), synced, || ended(clean_end("9".into(), true, ms(10), T)), ms(10), false, watching("9"), paced("9")),
+        ("watch closed at once, nothing delivered: a transport failure, resumed after the backoff", watching("5"), synced, || ended(clean_end("5".into(), false, ms(10), T)), ms(10), false, resume("5"), Want::Pause { what: "watch", drop: false, wait: (ms(790), ms(990)) }),
+        ("watch ended empty but not at once: resume", watching("5"), synced, || ended(clean_end("5".into(), false, T.watch_min_interval, T)), T.watch_min_interval, false, watching("5"), paced("5")),
+        ("watch-list did not stream: paged for this server", watch_list(), nothing, || ended(WatchEnd::NotStreaming("ignored")), ms(10), true, State::Start, Want::FallBack),
+        ("watch ended with an ERROR 410: a whole state, after the backoff", watching("5"), synced, || { let gone = Failed::Status { code: 410, message: "too old".into() }; ended(WatchEnd::Failed(gone, Some("8".into()))) }, ms(0), false, State::Start, paused("watch")),
+        ("open watch broken (transport): resume from its last version", watching("5"), synced, || ended(WatchEnd::Failed(reset(), Some("8".into()))), ms(0), false, resume("8"), paused("watch")),
+        ("open watch throttled (429): resume from its last version", watching("5"), synced, || ended(WatchEnd::Failed(api(429, "slow down"), Some("8".into()))), ms(0), false, resume("8"), paused("watch")),
+        ("open watch ERROR 503 with Retry-After: a whole state, after Retry-After", watching("5"), synced, || { let err = Failed::Status { code: 503, message: "unavailable".into() }; Outcome::Ended(WatchEnd::Failed(err, Some("8".into())), Some(ms(3000))) }, ms(0), false, State::Start, Want::Pause { what: "watch", drop: false, wait: (ms(3000), ms(3000)) }),
+        ("open watch failed otherwise (ERROR 500): a whole state", watching("5"), synced, || { let err = Failed::Status { code: 500, message: "etcd".into() }; ended(WatchEnd::Failed(err, Some("8".into()))) }, ms(0), false, State::Start, paused("watch")),
+        ("watch-list broken during its initial events: a whole state", watch_list(), nothing, || ended(WatchEnd::Failed(reset(), None)), ms(0), true, State::Start, paused("watch")),
         ("after a pause: the watch from the version", resume("5"), synced, || Outcome::Done, ms(0), true, watching("5"), Want::Open { rv: "5", not_before: None }),
-        ("a relist pending (undecodable event), watch ended: a whole state", watching("5"), relist_pending, || Outcome::Ended(WatchEnd::Resume("9".into())), ms(0), true, watch_list(), paced("")),
+        ("a relist pending (undecodable event), watch ended: a whole state", watching("5"), relist_pending, || ended(WatchEnd::Resume("9".into())), ms(0), true, watch_list(), paced("")),
         ("a relist pending, after a pause that would resume: a whole state", resume("5"), relist_pending, || Outcome::Done, ms(0), false, listing(), Want::List { after: false }),
     ]
 }
@@ -290,7 +296,7 @@ fn a_resumed_watch_resets_the_backoff() {
     let t0 = Instant::now();
     let mut scope = Scope::new(T, Backoff::new(T));
     failed_often(&mut scope);
-    let end = Outcome::Ended(WatchEnd::Resume("9".into()));
+    let end = ended(WatchEnd::Resume("9".into()));
     step(watching("5"), &mut scope, end, t0, false, t0);
     assert!(scope.backoff.next(ErrorReason::ServerError) <= T.backoff_min);
     assert_eq!(scope.last_watch, Some(t0), "paced from this watch's start");
