@@ -69,6 +69,7 @@ use captf_lock_exporter::core::jobname::{job_name, Op};
 use captf_lock_exporter::core::kind::{Kind, API_GROUP, API_VERSION};
 use captf_lock_exporter::core::suffix::{lock_lease_name, owner_name_label_value, state_suffix};
 use captf_lock_exporter::index::Resource;
+use captf_lock_exporter::watch::Served;
 use chrono::{SecondsFormat, Utc};
 use clap::Parser;
 use http_body_util::combinators::BoxBody;

@@ -83,6 +83,7 @@ async fn client(cli: &Cli, link: Arc<ApiLink>) -> Result<kube::Client, StartErro
 
 async fn run(cli: Cli) -> Result<(), StartError> {
     let (shared, confirm_rx) = Shared::new();
+    let ctx = Arc::new(watch::Context::default());
     let grace = cli.verdict_grace;
     shared.write(|ix, _| ix.set_verdict_grace(grace));
     let listener = server::bind(cli.listen_address).await?;
@@ -91,7 +92,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     let transport = transport(&cli, &shared, &mut tasks)?;
     let client = match cli.command.clone().unwrap_or(Command::Run) {
         Command::Locks(_) | Command::Explain(_) => return Ok(()),
-        Command::Run => client(&cli, shared.api.clone()).await?,
+        Command::Run => client(&cli, ctx.api.clone()).await?,
         Command::Demo => {
             let (client, simulation) = demo::start();
             tasks.spawn("demo simulation", simulation);
@@ -113,11 +114,11 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         );
     }
     if !cli.watch_list {
-        shared.watch_list.disable();
+        ctx.watch_list.disable();
         tracing::info!("--watch-list=false: every watch lists in pages");
     }
     if !cli.api_protobuf {
-        shared.wire.json_only();
+        ctx.wire.json_only();
         tracing::info!("--api-protobuf=false: every watch asks for JSON");
     }
     let timing = Timing {
@@ -127,10 +128,16 @@ async fn run(cli: Cli) -> Result<(), StartError> {
     // No lock is judged overdue until every kind its timeout comes from
     // has synced (the overdue checker says when).
     shared.write(|ix, _| ix.begin_start());
-    for (name, task) in
-        watch::spawn_watches(client.clone(), shared.clone(), scopes, &resources, timing)
-    {
-        tasks.adopt(name, task);
+    let watches = watch::watches(
+        client.clone(),
+        shared.clone(),
+        ctx.clone(),
+        scopes,
+        &resources,
+        timing,
+    );
+    for (name, watch) in watches {
+        tasks.spawn(name, watch);
     }
     tasks.spawn(
         "overdue checker",
@@ -141,6 +148,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
         pod_reads::run(
             shared.clone(),
             client,
+            ctx.api.clone(),
             confirm_rx,
             cli.pod_recheck_interval,
             cli.pod_read_rate,

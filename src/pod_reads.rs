@@ -9,6 +9,7 @@ use kube::api::Api;
 use kube::Client;
 use tokio::sync::{mpsc, Semaphore};
 
+use crate::client::ApiLink;
 use crate::core::classify::is_terminal_phase;
 use crate::core::podname::{check_pod_name, PodName};
 use crate::health::ReadResult;
@@ -26,7 +27,7 @@ pub async fn read_pod(client: &Client, namespace: &str, name: &str) -> PodRead {
 /// out (the connection that did not answer may be half-open).
 pub async fn read_pod_on(
     client: &Client,
-    link: Option<&crate::client::ApiLink>,
+    link: Option<&ApiLink>,
     namespace: &str,
     name: &str,
 ) -> PodRead {
@@ -131,12 +132,13 @@ fn lock_queue(q: &Mutex<ReadQueue>) -> std::sync::MutexGuard<'_, ReadQueue> {
     }
 }
 
-/// Runs the verifier: reads each queued pod through `client`, at most
-/// `reads_per_second` a second and one read per pod at a time, and
-/// re-queues unresolved ones every `recheck`.
+/// Runs the verifier: reads each queued pod through `client` (whose
+/// connection state is `api`), at most `reads_per_second` a second and one
+/// read per pod at a time, and re-queues unresolved ones every `recheck`.
 pub async fn run(
     shared: Arc<Shared>,
     client: Client,
+    api: Arc<ApiLink>,
     mut requests: mpsc::UnboundedReceiver<ObjectKey>,
     recheck: Duration,
     reads_per_second: u32,
@@ -172,7 +174,7 @@ pub async fn run(
                 let Ok(permit) = permit else { return };
                 pace.tick().await;
                 // The API server asked to wait (429/503 with Retry-After).
-                if let Some(wait) = shared.api.retry_after_remaining() {
+                if let Some(wait) = api.retry_after_remaining() {
                     tokio::time::sleep(wait).await;
                 }
                 let Some(pod) = lock_queue(&queue).start_next() else { continue };
@@ -186,9 +188,10 @@ pub async fn run(
                     continue;
                 };
                 let (shared, client, queue) = (shared.clone(), client.clone(), queue.clone());
+                let api = api.clone();
                 tokio::spawn(async move {
                     let read =
-                        read_pod_on(&client, Some(&shared.api), &pod.namespace, &pod.name).await;
+                        read_pod_on(&client, Some(&api), &pod.namespace, &pod.name).await;
                     shared.health.on_pod_read(match read {
                         PodRead::Live | PodRead::Finished => ReadResult::Found,
                         PodRead::Gone => ReadResult::NotFound,

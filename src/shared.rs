@@ -1,12 +1,13 @@
-//! The state shared by watchers, the verifier and the HTTP server: the
-//! index behind one lock, watch health, and the queue of pods to read.
+//! The state shared by watchers, pod reads and the HTTP server: the index
+//! behind one lock, watch health, and the queue of pods to read. What only
+//! the watches and pod reads share (the API link, watch-list support, the
+//! wire format) is `crate::watch::Context`, not here.
 
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::SystemTime;
 
 use tokio::sync::mpsc;
 
-use crate::client::ApiLink;
 use crate::health::Health;
 use crate::index::{Changes, ClassChange, Effects, Index, ObjectKey};
 
@@ -33,14 +34,6 @@ pub struct Shared {
     pub health: Arc<Health>,
     /// Holder pods to confirm with a live read.
     pub pod_reads: mpsc::UnboundedSender<ObjectKey>,
-    /// What the API server's answers taught about the connection
-    /// (Retry-After, a pool to drop after a timeout).
-    pub api: Arc<ApiLink>,
-    /// Whether the API server streams watch-lists (learned by the
-    /// watches, once).
-    pub watch_list: crate::watch::WatchList,
-    /// Whether watches of built-in kinds ask for protobuf.
-    pub wire: crate::watch::Wire,
     /// The version reported by build_info.
     pub version: &'static str,
 }
@@ -56,9 +49,6 @@ impl Shared {
             clock: tokio::sync::Notify::new(),
             health: Arc::new(Health::new()),
             pod_reads,
-            api: Arc::new(ApiLink::new()),
-            watch_list: crate::watch::WatchList::default(),
-            wire: crate::watch::Wire::default(),
             version: env!("CARGO_PKG_VERSION"),
         };
         (Arc::new(shared), confirm_rx)

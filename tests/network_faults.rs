@@ -49,9 +49,11 @@ async fn retry_after_on_429_is_honoured() {
         }
     });
     let (shared, rx) = Shared::new();
+    let ctx = Arc::new(watch::Context::default());
     start_on(
-        api.client_observed(shared.api.clone()),
+        api.client_observed(ctx.api.clone()),
         &shared,
+        &ctx,
         rx,
         Duration::from_secs(3600),
         100,
@@ -180,8 +182,9 @@ async fn a_rotated_token_file_is_used_at_once_and_trimmed() {
     let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
     config.auth_info.token_file = Some(token.display().to_string());
     let (shared, rx) = Shared::new();
-    let kube = client::build(config, shared.api.clone(), client::Tuning::DEFAULT).expect("client");
-    start_on(kube, &shared, rx, Duration::from_secs(3600), 100);
+    let ctx = Arc::new(watch::Context::default());
+    let kube = client::build(config, ctx.api.clone(), client::Tuning::DEFAULT).expect("client");
+    start_on(kube, &shared, &ctx, rx, Duration::from_secs(3600), 100);
     wait_for(&shared, "first sync", 20, |t| {
         t.contains("captf_lock_exporter_watch_up{resource=\"leases\"} 1")
     })
@@ -401,18 +404,14 @@ async fn hang_over_http1_then_back(replay: bool) {
     let addr = serve_hanging(api.clone()).await;
     let config = kube::Config::new(format!("http://{addr}").parse().unwrap());
     let (shared, _rx) = Shared::new();
+    let ctx = Arc::new(watch::Context::default());
     let tuning = client::Tuning {
         connect_timeout: Duration::from_secs(1),
         ..client::Tuning::DEFAULT
     };
-    let kube = client::build(config, shared.api.clone(), tuning).expect("client");
-    watch::spawn_watches(
-        kube,
-        shared.clone(),
-        vec![None],
-        &[Resource::Leases, Resource::Pods],
-        SCALED,
-    );
+    let kube = client::build(config, ctx.api.clone(), tuning).expect("client");
+    let resources = [Resource::Leases, Resource::Pods];
+    spawn_watches(kube, &shared, &ctx, &resources, SCALED);
     wait_for(&shared, "first sync", 20, |t| {
         has_lock(t, "a", "foreign") && !held(t, "b")
     })

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use captf_lock_exporter::shared::Shared;
+use captf_lock_exporter::watch;
 use serde_json::json;
 use support::*;
 
@@ -103,7 +104,8 @@ async fn the_read_queue_holds_each_pod_once_through_a_hung_api() {
     });
     // The production re-check interval and read rate.
     let (shared, rx) = Shared::new();
-    start_on(api.client(), &shared, rx, Duration::from_secs(10), 50);
+    let ctx = Arc::new(watch::Context::default());
+    start_on(api.client(), &shared, &ctx, rx, Duration::from_secs(10), 50);
     // Two minutes of a hung API: twelve re-check ticks.
     tokio::time::sleep(Duration::from_secs(120)).await;
     let hung = pod_reads(&api).len();

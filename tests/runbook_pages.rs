@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use captf_lock_exporter::index::Resource;
+use captf_lock_exporter::watch::Served;
 
 fn read(rel: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);

@@ -61,7 +61,7 @@ async fn a_streaming_server_is_read_with_one_watch_list_per_resource_and_no_list
         (LEASES | PODS | MACHINES, true, _) => Reply::Watch(vec![], true),
         _ => not_served(),
     });
-    let shared = start(&api);
+    let (shared, ctx) = start_with_context(&api);
     wait_ready(&shared, 10).await;
     wait_for(&shared, "lock a", 10, |t| has_lock(t, "a", "foreign")).await;
     assert_eq!(api.calls(LEASES, false), 0, "no LIST at all");
@@ -86,7 +86,7 @@ async fn a_streaming_server_is_read_with_one_watch_list_per_resource_and_no_list
     assert!((300..600).contains(&secs), "client-go's 5-10 min: {secs}");
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 1);
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 0);
-    assert!(shared.watch_list.streams());
+    assert!(ctx.watch_list.streams());
     let text = scrape(&shared);
     assert_eq!(
         value(
@@ -126,7 +126,7 @@ async fn a_half_streamed_state_is_never_shown_and_no_end_bookmark_means_paged() 
         (_, true, _) => Reply::Watch(vec![], true),
         _ => not_served(),
     });
-    let shared = start(&api);
+    let (shared, ctx) = start_with_context(&api);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let text = scrape(&shared);
     assert!(
@@ -143,7 +143,7 @@ async fn a_half_streamed_state_is_never_shown_and_no_end_bookmark_means_paged() 
     })
     .await;
     assert!(shared.health.ready());
-    assert!(!shared.watch_list.streams(), "paged from now on");
+    assert!(!ctx.watch_list.streams(), "paged from now on");
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 1);
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 0);
     assert_eq!(shared.health.syncs(Resource::Pods, SyncMode::Stream), 1);
@@ -172,10 +172,10 @@ async fn a_change_before_the_end_bookmark_falls_back_at_once() {
         _ => not_served(),
     });
     let t0 = tokio::time::Instant::now();
-    let shared = start(&api);
+    let (shared, ctx) = start_with_context(&api);
     wait_ready(&shared, 10).await;
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-    assert!(!shared.watch_list.streams());
+    assert!(!ctx.watch_list.streams());
     assert_eq!(api.calls(LEASES, false), 1);
     assert!(!has_lock(&scrape(&shared), "a", "foreign"));
 }
@@ -205,7 +205,7 @@ async fn a_refusing_server_is_listed_in_pages_and_asked_no_more() {
         (PODS, true, _) => Reply::Watch(vec![], true),
         _ => not_served(),
     });
-    let shared = start(&api);
+    let (shared, ctx) = start_with_context(&api);
     wait_for(&shared, "the relist after 410", 15, |t| {
         has_lock(t, "c", "foreign")
     })
@@ -215,7 +215,7 @@ async fn a_refusing_server_is_listed_in_pages_and_asked_no_more() {
         (1..=Resource::ALL.len() + 2).contains(&refused),
         "each watch asks once at most: {refused}"
     );
-    assert!(!shared.watch_list.streams());
+    assert!(!ctx.watch_list.streams());
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 2);
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 0);
     assert_eq!(
@@ -250,7 +250,7 @@ async fn a_relist_streams_again_and_replaces_the_scope_at_its_end() {
         (_, true, _) => Reply::Watch(vec![end_bookmark("Pod", 20)], true),
         _ => not_served(),
     });
-    let shared = start(&api);
+    let (shared, ctx) = start_with_context(&api);
     wait_for(&shared, "lock a", 10, |t| has_lock(t, "a", "foreign")).await;
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
@@ -267,7 +267,7 @@ async fn a_relist_streams_again_and_replaces_the_scope_at_its_end() {
     }
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 2);
     assert_eq!(api.calls(LEASES, false), 0, "no LIST");
-    assert!(shared.watch_list.streams());
+    assert!(ctx.watch_list.streams());
     let leases = watch_queries(&api, LEASES);
     assert!(
         leases[1].contains("sendInitialEvents=true"),
@@ -296,10 +296,10 @@ async fn a_plain_bookmark_or_an_early_end_falls_back_at_once() {
         _ => not_served(),
     });
     let t0 = tokio::time::Instant::now();
-    let shared = start(&api);
+    let (shared, ctx) = start_with_context(&api);
     wait_ready(&shared, 10).await;
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-    assert!(!shared.watch_list.streams());
+    assert!(!ctx.watch_list.streams());
     assert!(has_lock(&scrape(&shared), "a", "foreign"));
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 1);
 }
@@ -320,9 +320,9 @@ async fn a_quiet_watch_is_restarted_by_silence_only_where_bookmarks_come_or_no_p
         (PODS, true) => Reply::Watch(vec![plain_bookmark.clone()], true),
         _ => not_served(),
     });
-    let shared = start(&api);
+    let (shared, ctx) = start_with_context(&api);
     // What the production stack notes from an HTTP/2 answer.
-    shared.api.note_version(http::Version::HTTP_2);
+    ctx.api.note_version(http::Version::HTTP_2);
     wait_ready(&shared, 10).await;
     tokio::time::sleep(Duration::from_secs(200)).await;
     assert_eq!(
@@ -342,7 +342,7 @@ async fn a_quiet_watch_is_restarted_by_silence_only_where_bookmarks_come_or_no_p
     );
     // Over HTTP/1.1 (no pings) the limit applies to every watch (from the
     // next wait of a watch on: the one open now keeps its long limit).
-    shared.api.note_version(http::Version::HTTP_11);
+    ctx.api.note_version(http::Version::HTTP_11);
     let before = api.calls(LEASES, true);
     tokio::time::sleep(Duration::from_secs(615 + 160)).await;
     assert!(
@@ -379,7 +379,7 @@ async fn an_initializing_watch_cache_is_listed_at_once_for_that_sync() {
         _ => not_served(),
     });
     let t0 = tokio::time::Instant::now();
-    let shared = start(&api);
+    let (shared, ctx) = start_with_context(&api);
     wait_ready(&shared, 10).await;
     assert!(
         t0.elapsed() < Duration::from_millis(500),
@@ -394,7 +394,7 @@ async fn an_initializing_watch_cache_is_listed_at_once_for_that_sync() {
         1
     );
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 1);
-    assert!(shared.watch_list.streams(), "a 429 is no refusal");
+    assert!(ctx.watch_list.streams(), "a 429 is no refusal");
     // The watch after the list comes once the 1 s between two watch starts is up.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let machines = watch_queries(&api, MACHINES);

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 
 use super::query::{params, Filter};
 use super::store::{api_version, Expired, Lookup, ServedResource, Store};
+use crate::watch::Served;
 
 /// Response body of the simulated API.
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;

@@ -14,6 +14,7 @@ use crate::watch::trim::{
     CAPTF_CONTROLLER, CLUSTER_NAME_LABEL, FORCE_UNLOCKED_REASON, LOCK_INFO_ANNOTATION,
     MANAGED_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, TFSTATE_LABEL,
 };
+use crate::watch::Served;
 
 /// The namespace everything lives in.
 pub const NS: &str = "demo";

@@ -11,6 +11,8 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use crate::watch::Served;
+
 /// A resource the simulated API serves: one of the watched resources, at
 /// the first version the resource table lists for it.
 pub type ServedResource = crate::index::Resource;

@@ -13,6 +13,7 @@ use kube::{Client, ResourceExt};
 
 use crate::core::kind::Kind;
 use crate::index::{Index, IndexResource, ObjectKey, ObjectRef, Resource};
+use crate::watch::Served;
 use crate::watch::{api_of, trim};
 
 /// Pods read live at once.

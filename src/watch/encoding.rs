@@ -34,8 +34,8 @@ use serde::de::DeserializeOwned;
 use tokio_util::codec::{Decoder, FramedRead, LengthDelimitedCodec, LinesCodec, LinesCodecError};
 use tokio_util::io::StreamReader;
 
-use super::follow::Events;
 use super::proto::{self, ProtoKind};
+use super::request::Events;
 
 /// What the request accepts: protobuf first, JSON where the server has
 /// no protobuf for the kind.

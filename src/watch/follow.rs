@@ -18,7 +18,6 @@
 //! objects. Each ends the attempt as [`WatchEnd::NotStreaming`] and the
 //! loop lists in pages from then on.
 
-use futures::stream::BoxStream;
 use futures::StreamExt;
 use kube::api::{Api, WatchEvent, WatchParams};
 use kube::runtime::watcher;
@@ -26,10 +25,11 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use super::encoding::open_watch;
-use super::list_watch::{Initial, Progress, Selectors, WatchEnd};
 use super::proto::Protobuf;
-use super::request::{bounded, Failed};
+use super::request::{bounded, Events, Failed};
+use super::resources::Selectors;
 use super::sink::{Item, Sink};
+use super::state::{clean_end, Scope, WatchEnd};
 use super::timing::Timing;
 use crate::health::{ErrorReason, SyncMode};
 use crate::index::{Index, IndexResource};
@@ -44,32 +44,6 @@ pub(super) fn ends_initial_events(b: &kube::core::watch::Bookmark) -> bool {
         .annotations
         .get(INITIAL_EVENTS_END)
         .is_some_and(|v| v == "true")
-}
-
-/// The events of one open watch.
-pub(super) type Events<K> = BoxStream<'static, Result<WatchEvent<K>, kube::Error>>;
-
-/// True when the server refused a watch-list for its parameters: 422
-/// (`sendInitialEvents` is forbidden while the server's WatchList feature
-/// is off), or a 400 that names them. Anything else (403, 404, a 400 for
-/// a field selector) is the request's own answer.
-pub(super) fn rejects_streaming(err: &kube::Error) -> bool {
-    match err {
-        kube::Error::Api(s) => {
-            s.code == 422
-                || s.code == 400
-                    && (s.message.contains("sendInitialEvents")
-                        || s.message.contains("resourceVersionMatch"))
-        }
-        _ => false,
-    }
-}
-
-/// True for the 429 of a watch cache that is still being filled (a CRD
-/// just created, a kube-apiserver just started): kube-apiserver hands a
-/// LIST to etcd meanwhile, but refuses a watch-list.
-pub(super) fn cache_initializing(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(s) if s.code == 429 && s.message.contains("initializing"))
 }
 
 /// Opens a watch: from `rv`, or (`streaming`) a watch-list of the whole
@@ -127,37 +101,38 @@ fn undecodable(e: &kube::Error) -> bool {
 /// timeout plus [`Timing::timeout_margin`] (the server should have ended
 /// it by then).
 fn silence_limit(
-    shared: &crate::shared::Shared,
+    api: &crate::client::ApiLink,
     timing: Timing,
     seconds: u32,
     bookmarks_seen: bool,
 ) -> std::time::Duration {
-    if bookmarks_seen || shared.api.unpinged() {
+    if bookmarks_seen || api.unpinged() {
         timing.silence
     } else {
         std::time::Duration::from_secs(u64::from(seconds)) + timing.timeout_margin
     }
 }
 
-/// Follows an open watch until it ends. With `initial` (a watch-list) the
-/// first events are the scope's whole state, buffered until the
-/// initial-events-end bookmark.
-#[allow(clippy::too_many_arguments)]
+/// Follows an open watch until it ends. A watch-list (`streaming`) begins
+/// with the scope's whole state, buffered until the initial-events-end
+/// bookmark.
 pub(super) async fn follow<K, T, F>(
     sink: &mut Sink<'_, T>,
     stream: Events<K>,
-    timing: Timing,
+    scope: &mut Scope,
     seconds: u32,
     trim: &F,
     mut rv: String,
-    progress: &mut Progress,
-    mut initial: Option<Initial<'_>>,
+    streaming: bool,
 ) -> WatchEnd
 where
     K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
     Index: IndexResource<T>,
     F: Fn(&K) -> Item<T>,
 {
+    let timing = scope.timing;
+    // Still reading a watch-list's initial events.
+    let mut initial = streaming;
     let opened = Instant::now();
     // Anything at all (an event, a bookmark, an undecodable line): the
     // stream carried data, so its end is not a proxy closing at once.
@@ -166,31 +141,31 @@ where
     // end bookmark lacks it, so it is relisted soon after.
     let mut initial_lost = false;
     let mut stream = stream;
-    if initial.is_some() {
+    if initial {
         sink.event(watcher::Event::Init);
     }
     loop {
         // Initial events come back to back; a silence between them is a
         // server that does not stream (or a hung one: the paged list that
         // follows will say so).
-        let limit = if initial.is_some() {
+        let limit = if initial {
             timing.request
         } else {
-            silence_limit(sink.shared, timing, seconds, progress.bookmarks_seen)
+            silence_limit(&sink.ctx.api, timing, seconds, scope.bookmarks_seen)
         };
         // A relist that is due ends the watch even if it keeps streaming
         // (a server or proxy that ignores `timeoutSeconds`).
-        let wait = match progress.relist_by {
+        let wait = match scope.relist_by {
             Some(by) => by.saturating_duration_since(Instant::now()).min(limit),
             None => limit,
         };
         let item = match tokio::time::timeout(wait, stream.next()).await {
-            Err(_) if initial.is_some() => {
+            Err(_) if initial => {
                 return WatchEnd::NotStreaming(
                     "no initial-events-end bookmark came (the server does not stream watch-lists)",
                 );
             }
-            Err(_) if progress.relist_by.is_some_and(|by| by <= Instant::now()) => {
+            Err(_) if scope.relist_by.is_some_and(|by| by <= Instant::now()) => {
                 tracing::info!(
                     resource = sink.ingest.resource().as_str(),
                     scope = sink.ingest.namespace(),
@@ -207,10 +182,10 @@ where
                 );
                 // Its connection may be half-open (or, over HTTP/1.1 with
                 // no pings, hung): the restart must not queue on it.
-                sink.shared.api.reset_connections();
+                sink.ctx.api.reset_connections();
                 return WatchEnd::Resume(rv);
             }
-            Ok(None) if initial.is_some() => {
+            Ok(None) if initial => {
                 // Ended before its initial events did: a server that
                 // streams ends a watch-list there only when it goes away
                 // (a restart: the paged list will say so), one that does
@@ -220,25 +195,21 @@ where
                 );
             }
             Ok(None) => {
-                let lasted = opened.elapsed();
-                if !delivered && lasted < timing.watch_min_interval {
-                    return WatchEnd::Failed(Failed::ClosedAtOnce(lasted), Some(rv));
-                }
-                return WatchEnd::Resume(rv);
+                return clean_end(rv, delivered, opened.elapsed(), timing);
             }
             Ok(Some(item)) => item,
         };
         delivered = true;
         match item {
-            Ok(WatchEvent::Added(o)) if initial.is_some() => {
+            Ok(WatchEvent::Added(o)) if initial => {
                 sink.event(watcher::Event::InitApply(trim(&o)));
             }
-            Ok(WatchEvent::Modified(_) | WatchEvent::Deleted(_)) if initial.is_some() => {
+            Ok(WatchEvent::Modified(_) | WatchEvent::Deleted(_)) if initial => {
                 return WatchEnd::NotStreaming(
                     "a change came before the initial-events-end bookmark (the server ignores sendInitialEvents)",
                 );
             }
-            Ok(WatchEvent::Bookmark(b)) if initial.is_some() && !ends_initial_events(&b) => {
+            Ok(WatchEvent::Bookmark(b)) if initial && !ends_initial_events(&b) => {
                 // A streaming server sends no other bookmark before that
                 // one: this is an ordinary watch.
                 return WatchEnd::NotStreaming(
@@ -263,16 +234,15 @@ where
                 let end = ends_initial_events(&b);
                 rv = b.metadata.resource_version;
                 if !end {
-                    progress.bookmarks_seen = true;
+                    scope.bookmarks_seen = true;
                 }
-                if end {
-                    if let Some(init) = initial.take() {
-                        sink.event(watcher::Event::InitDone);
-                        sink.synced(SyncMode::Stream);
-                        init.done(progress);
-                        if initial_lost {
-                            progress.relist_by = Some(Instant::now() + timing.relist_within);
-                        }
+                if end && initial {
+                    initial = false;
+                    sink.event(watcher::Event::InitDone);
+                    sink.synced(SyncMode::Stream);
+                    scope.synced_whole();
+                    if initial_lost {
+                        scope.relist_by = Some(Instant::now() + timing.relist_within);
                     }
                 }
                 sink.success();
@@ -282,7 +252,7 @@ where
                     code: status.code,
                     message: status.message.clone(),
                 };
-                let resume = if initial.is_some() { None } else { Some(rv) };
+                let resume = if initial { None } else { Some(rv) };
                 return WatchEnd::Failed(f, resume);
             }
             // A line too long to read: its object is not known, and a
@@ -297,12 +267,12 @@ where
                 sink.shared
                     .health
                     .count_error(resource, ErrorReason::Decode);
-                if initial.is_none() {
-                    progress
+                if !initial {
+                    scope
                         .relist_by
                         .get_or_insert_with(|| Instant::now() + timing.relist_within);
                 }
-                if !std::mem::replace(&mut progress.long_line_logged, true) {
+                if !std::mem::replace(&mut scope.long_line_logged, true) {
                     tracing::warn!(
                         resource = resource.as_str(),
                         scope = sink.ingest.namespace(),
@@ -325,8 +295,8 @@ where
                 sink.shared
                     .health
                     .count_error(resource, ErrorReason::Decode);
-                initial_lost |= initial.is_some();
-                let by = *progress
+                initial_lost |= initial;
+                let by = *scope
                     .relist_by
                     .get_or_insert_with(|| Instant::now() + timing.relist_within);
                 tracing::warn!(
@@ -338,7 +308,7 @@ where
                 );
             }
             Err(e) => {
-                let resume = if initial.is_some() { None } else { Some(rv) };
+                let resume = if initial { None } else { Some(rv) };
                 return WatchEnd::Failed(Failed::Api(e), resume);
             }
         }

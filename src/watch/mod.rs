@@ -3,19 +3,22 @@
 //!
 //! A failing request backs off and retries forever; its failure is reported
 //! through `captf_lock_exporter_watch_up`, `watch_errors_total` and one log
-//! line per episode, never by ending the process (see [`list_watch`]).
+//! line per episode, never by ending the process (see `list_watch`).
 //! Where each resource is served comes from the resource table
-//! ([`Resource::spec`]).
+//! ([`resources`]); what the watches share besides the index (the API
+//! link, watch-list support, the wire format) is their [`Context`].
 
 mod encoding;
 mod follow;
 pub mod ingest;
-pub mod list_watch;
+mod list_watch;
 mod lock_id;
 pub mod proto;
 mod request;
+pub mod resources;
 mod sink;
 pub mod slim;
+mod state;
 mod timing;
 pub mod trim;
 
@@ -25,17 +28,34 @@ use std::sync::Arc;
 use kube::api::{Api, ApiResource, GroupVersionKind};
 use kube::Client;
 
+use crate::client::ApiLink;
 use crate::core::kind::Kind;
 use crate::health::ErrorReason;
 use crate::index::{Index, IndexResource, Resource};
 use crate::shared::Shared;
 use ingest::Ingest;
-pub use list_watch::{Exit, Selectors};
+pub use list_watch::Exit;
 pub use request::reason_of;
+pub use resources::{ResourceSpec, Selectors, Served};
+use sink::Sink;
 pub use timing::Timing;
 
 pub use encoding::Wire;
 pub use follow::INITIAL_EVENTS_END;
+
+/// What every watch shares besides the index, made once by `main`: what
+/// the API server's answers taught about the connection (Retry-After, a
+/// pool to drop after a timeout), whether it streams watch-lists, and
+/// whether watches of built-in kinds ask for protobuf.
+#[derive(Debug, Default)]
+pub struct Context {
+    /// The connection's state, shared with the client and pod reads.
+    pub api: Arc<ApiLink>,
+    /// Whether whole states come from streaming watch-lists.
+    pub watch_list: WatchList,
+    /// Whether watches of built-in kinds ask for protobuf.
+    pub wire: Wire,
+}
 
 /// Whether the API server streams watch-lists, learned once per process
 /// and shared by every watch: all start with a streaming watch-list, and
@@ -93,36 +113,22 @@ where
     }
 }
 
-fn selectors(resource: Resource, with_fields: bool) -> Selectors {
-    let spec = resource.spec();
-    Selectors {
-        labels: spec.label_selector,
-        fields: spec.field_selector.filter(|_| with_fields),
-    }
-}
-
-/// Spawns every watch for the namespaces in `scopes` (None: all namespaces)
-/// and returns their tasks, named, for the supervisor.
-pub fn spawn_all(
+/// The watches of `resources` (`--skip-resources` leaves the others out)
+/// for the namespaces in `scopes` (None: all namespaces), named, for the
+/// caller to start (under the supervisor). Each resource watched is
+/// registered with [`Shared::health`] here; one left out has no
+/// `watch_up` series, no error counters and no say in readiness.
+pub fn watches(
     client: Client,
     shared: Arc<Shared>,
-    scopes: Vec<Option<String>>,
-    timing: Timing,
-) -> Vec<(String, tokio::task::JoinHandle<()>)> {
-    spawn_watches(client, shared, scopes, &Resource::ALL, timing)
-}
-
-/// Spawns the watches of `resources` only (`--skip-resources` leaves the
-/// others out) for the namespaces in `scopes`. A resource left out is never
-/// registered with [`Shared::health`], so it has no `watch_up` series, no
-/// error counters and no say in readiness.
-pub fn spawn_watches(
-    client: Client,
-    shared: Arc<Shared>,
+    ctx: Arc<Context>,
     scopes: Vec<Option<String>>,
     resources: &[Resource],
     timing: Timing,
-) -> Vec<(String, tokio::task::JoinHandle<()>)> {
+) -> Vec<(
+    String,
+    impl std::future::Future<Output = ()> + Send + 'static,
+)> {
     let mut tasks = Vec::new();
     for scope in scopes {
         for &resource in resources {
@@ -133,16 +139,50 @@ pub fn spawn_watches(
                 Some(ns) => format!("watch {} in {ns}", resource.as_str()),
                 None => format!("watch {}", resource.as_str()),
             };
-            let client = client.clone();
-            let shared = shared.clone();
-            let scope = scope.clone();
-            let task = tokio::spawn(async move {
-                watch_resource(client, shared, resource, scope, timing).await
-            });
-            tasks.push((name, task));
+            let w = Watcher {
+                client: client.clone(),
+                shared: shared.clone(),
+                ctx: ctx.clone(),
+                timing,
+            };
+            tasks.push((name, watch_resource(w, resource, scope.clone())));
         }
     }
     tasks
+}
+
+/// What one watch task holds.
+struct Watcher {
+    client: Client,
+    shared: Arc<Shared>,
+    ctx: Arc<Context>,
+    timing: Timing,
+}
+
+impl Watcher {
+    /// Lists and watches `api` with `ingest` until `give_up` accepts an
+    /// error before the first sync.
+    async fn run<K, T, F>(
+        &self,
+        ingest: Ingest<T>,
+        api: Api<K>,
+        selectors: Selectors,
+        trim: F,
+        give_up: impl Fn(&kube::Error) -> bool,
+    ) -> Exit
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + proto::Protobuf,
+        K: std::fmt::Debug + Send + 'static,
+        Index: IndexResource<T>,
+        F: Fn(&K) -> sink::Item<T>,
+    {
+        let sink = Sink {
+            shared: &self.shared,
+            ctx: &self.ctx,
+            ingest,
+        };
+        list_watch::run(sink, api, selectors, self.timing, trim, give_up).await
+    }
 }
 
 fn is_not_found(e: &kube::Error) -> bool {
@@ -159,12 +199,10 @@ fn never(_: &kube::Error) -> bool {
 
 /// Watches one resource of a single-version group with its table selectors.
 async fn watch_simple<K, T, F>(
-    client: &Client,
-    shared: &Shared,
+    w: &Watcher,
     resource: Resource,
     ns: Option<String>,
     scope: <Index as IndexResource<T>>::Scope,
-    timing: Timing,
     trim: F,
 ) where
     K: kube::Resource<DynamicType = ApiResource, Scope = kube::core::DynamicResourceScope>
@@ -177,47 +215,24 @@ async fn watch_simple<K, T, F>(
     Index: IndexResource<T>,
     F: Fn(&K) -> trim::Trimmed<<Index as IndexResource<T>>::Key, T>,
 {
-    let version = resource.spec().versions.first().copied().unwrap_or("v1");
-    let api: Api<K> = api_of(client, ns.as_deref(), resource, version);
-    let ingest = Ingest::new(shared, resource, ns, scope);
-    let sel = selectors(resource, true);
-    list_watch::run(shared, ingest, api, sel, timing, trim, never).await;
+    let spec = resource.spec();
+    let version = spec.versions.first().copied().unwrap_or("v1");
+    let api: Api<K> = api_of(&w.client, ns.as_deref(), resource, version);
+    let ingest = Ingest::new(&w.shared, resource, ns, scope);
+    w.run(ingest, api, spec.selectors(true), trim, never).await;
 }
 
-async fn watch_resource(
-    client: Client,
-    shared: Arc<Shared>,
-    resource: Resource,
-    ns: Option<String>,
-    timing: Timing,
-) {
-    let s = &shared;
+async fn watch_resource(w: Watcher, resource: Resource, ns: Option<String>) {
+    let s = &w.shared;
+    let spec = resource.spec();
     match resource {
         Resource::Leases => {
             let scope = ns.clone();
-            watch_simple::<trim::LeaseObject, _, _>(
-                &client,
-                s,
-                resource,
-                ns,
-                scope,
-                timing,
-                trim::lease,
-            )
-            .await
+            watch_simple::<trim::LeaseObject, _, _>(&w, resource, ns, scope, trim::lease).await
         }
         Resource::Pods => {
             let scope = ns.clone();
-            watch_simple::<trim::PodObject, _, _>(
-                &client,
-                s,
-                resource,
-                ns,
-                scope,
-                timing,
-                trim::pod,
-            )
-            .await
+            watch_simple::<trim::PodObject, _, _>(&w, resource, ns, scope, trim::pod).await
         }
         Resource::TerraformClusters
         | Resource::TerraformMachines
@@ -225,39 +240,24 @@ async fn watch_resource(
             let kind = resource.kind().unwrap_or(Kind::TerraformMachine);
             let scope = (kind, ns.clone());
             let trim = move |o: &trim::TerraformObject| trim::terraform_object(kind, o);
-            watch_simple(&client, s, resource, ns, scope, timing, trim).await
+            watch_simple(&w, resource, ns, scope, trim).await
         }
         Resource::TerraformPlans => {
             let scope = ns.clone();
-            watch_simple::<trim::TerraformPlanObject, _, _>(
-                &client,
-                s,
-                resource,
-                ns,
-                scope,
-                timing,
-                trim::terraform_plan,
-            )
-            .await
+            let trim = trim::terraform_plan;
+            watch_simple::<trim::TerraformPlanObject, _, _>(&w, resource, ns, scope, trim).await
         }
         Resource::Clusters => loop {
             // The first version the server lists is watched; a 404 before
             // the first list tries the next.
-            for version in resource.spec().versions {
+            for version in spec.versions {
                 let api: Api<trim::CapiClusterObject> =
-                    api_of(&client, ns.as_deref(), resource, version);
+                    api_of(&w.client, ns.as_deref(), resource, version);
                 let ingest = Ingest::new(s, resource, ns.clone(), ns.clone());
-                let sel = selectors(resource, true);
-                let Exit::GaveUp(err) = list_watch::run(
-                    s,
-                    ingest,
-                    api,
-                    sel,
-                    timing,
-                    trim::capi_cluster,
-                    is_not_found,
-                )
-                .await;
+                let sel = spec.selectors(true);
+                let Exit::GaveUp(err) = w
+                    .run(ingest, api, sel, trim::capi_cluster, is_not_found)
+                    .await;
                 tracing::debug!(version, error = %err, "CAPI Cluster version not served; trying the next");
             }
             // No version is served: CAPI is not installed (yet).
@@ -269,23 +269,21 @@ async fn watch_resource(
                     "CAPI Clusters not served (v1beta2, v1beta1); timeouts fall back to the namespace's TerraformCluster; retrying"
                 );
             }
-            tokio::time::sleep(timing.backoff_max_config).await;
+            tokio::time::sleep(w.timing.backoff_max_config).await;
         },
         Resource::Events => {
             // Filter server side where the API server supports the field
             // selector; a 400 for it falls back to client-side filtering.
-            let api: Api<trim::EventObject> = api_of(&client, ns.as_deref(), resource, "v1");
+            let api: Api<trim::EventObject> = api_of(&w.client, ns.as_deref(), resource, "v1");
             let ingest = Ingest::new(s, resource, ns.clone(), ns.clone());
-            let sel = selectors(resource, true);
             let trim = trim::force_unlock_event;
-            let Exit::GaveUp(_) =
-                list_watch::run(s, ingest, api.clone(), sel, timing, trim, is_bad_request).await;
+            let sel = spec.selectors(true);
+            let Exit::GaveUp(_) = w.run(ingest, api.clone(), sel, trim, is_bad_request).await;
             tracing::info!(
                 "the API server rejects the Event field selector; filtering Events client side"
             );
             let ingest = Ingest::new(s, resource, ns.clone(), ns);
-            let sel = selectors(resource, false);
-            list_watch::run(s, ingest, api, sel, timing, trim, never).await;
+            w.run(ingest, api, spec.selectors(false), trim, never).await;
         }
     }
 }

@@ -1,4 +1,4 @@
-//! How a request of the watch loop fails: [`Failed`], its closed-set
+//! The requests of the watch loop: what a watch yields ([`Events`]), how they fail: [`Failed`], its closed-set
 //! reason ([`reason_of`]), and [`bounded`], which makes a request that
 //! never answers a failure too.
 //!
@@ -9,7 +9,13 @@
 
 use std::time::Duration;
 
+use futures::stream::BoxStream;
+use kube::api::WatchEvent;
+
 use crate::health::ErrorReason;
+
+/// The events of one open watch.
+pub(super) type Events<K> = BoxStream<'static, Result<WatchEvent<K>, kube::Error>>;
 
 /// Maps a client error to its closed-set reason.
 pub fn reason_of(err: &kube::Error) -> ErrorReason {

@@ -16,7 +16,9 @@ use crate::health::{ErrorReason, Success, SyncMode};
 use crate::index::{Index, IndexResource, Resource};
 use crate::shared::Shared;
 use crate::watch::ingest::Ingest;
+use crate::watch::resources::Served;
 use crate::watch::trim::Trimmed;
+use crate::watch::Context;
 
 /// The trimmed form of a watch object of item type `T`.
 pub(super) type Item<T> = Trimmed<<Index as IndexResource<T>>::Key, T>;
@@ -36,12 +38,14 @@ fn rbac_name(resource: Resource) -> String {
 /// still loading.
 const JUST_RESTARTED: Duration = Duration::from_secs(30);
 
-/// What the loop reports to: the index (through `ingest`) and health.
+/// What the loop reports to: the index (through `ingest`) and health,
+/// and what it reads of the watches' shared [`Context`].
 pub(super) struct Sink<'a, T>
 where
     Index: IndexResource<T>,
 {
     pub(super) shared: &'a Shared,
+    pub(super) ctx: &'a Context,
     pub(super) ingest: Ingest<T>,
 }
 
@@ -99,7 +103,7 @@ where
             // seconds until its authorizer has loaded RBAC; say so only
             // when the server was unreachable a moment ago, else the
             // reader would look there instead of at the missing rule.
-            ErrorReason::Forbidden if self.shared.api.came_back_within(JUST_RESTARTED) => tracing::warn!(
+            ErrorReason::Forbidden if self.ctx.api.came_back_within(JUST_RESTARTED) => tracing::warn!(
                 resource = resource.as_str(),
                 scope = self.ingest.namespace(),
                 reason = reason.as_str(),

@@ -281,9 +281,23 @@ pub const PODS: &str = "/api/v1/pods";
 pub const MACHINES: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachines";
 
 pub fn start(api: &FakeApi) -> Arc<Shared> {
+    start_with_context(api).0
+}
+
+/// [`start`], also giving the watches' context (watch-list support, the
+/// API link).
+pub fn start_with_context(api: &FakeApi) -> (Arc<Shared>, Arc<watch::Context>) {
     let (shared, rx) = Shared::new();
-    start_on(api.client(), &shared, rx, Duration::from_secs(3600), 100);
-    shared
+    let ctx = Arc::new(watch::Context::default());
+    start_on(
+        api.client(),
+        &shared,
+        &ctx,
+        rx,
+        Duration::from_secs(3600),
+        100,
+    );
+    (shared, ctx)
 }
 
 /// The exporter's watchers and verifier on `client`, with the verifier's
@@ -291,23 +305,43 @@ pub fn start(api: &FakeApi) -> Arc<Shared> {
 pub fn start_on(
     client: kube::Client,
     shared: &Arc<Shared>,
+    ctx: &Arc<watch::Context>,
     rx: mpsc::UnboundedReceiver<captf_lock_exporter::index::ObjectKey>,
     recheck: Duration,
     reads_per_second: u32,
 ) {
-    watch::spawn_all(
-        client.clone(),
-        shared.clone(),
-        vec![None],
-        watch::Timing::DEFAULT,
-    );
+    let all = &captf_lock_exporter::index::Resource::ALL;
+    spawn_watches(client.clone(), shared, ctx, all, watch::Timing::DEFAULT);
     tokio::spawn(pod_reads::run(
         shared.clone(),
         client,
+        ctx.api.clone(),
         rx,
         recheck,
         reads_per_second,
     ));
+}
+
+/// Spawns the watches of `resources` in all namespaces, as `main` does
+/// under its supervisor.
+pub fn spawn_watches(
+    client: kube::Client,
+    shared: &Arc<Shared>,
+    ctx: &Arc<watch::Context>,
+    resources: &[captf_lock_exporter::index::Resource],
+    timing: watch::Timing,
+) {
+    let scopes = vec![None];
+    for (_, w) in watch::watches(
+        client,
+        shared.clone(),
+        ctx.clone(),
+        scopes,
+        resources,
+        timing,
+    ) {
+        tokio::spawn(w);
+    }
 }
 
 /// The exporter's watchers of `resources` only (as `--skip-resources`
@@ -317,17 +351,19 @@ pub fn start_watching(
     resources: &[captf_lock_exporter::index::Resource],
 ) -> Arc<Shared> {
     let (shared, rx) = Shared::new();
+    let ctx = Arc::new(watch::Context::default());
     let client = api.client();
-    watch::spawn_watches(
+    spawn_watches(
         client.clone(),
-        shared.clone(),
-        vec![None],
+        &shared,
+        &ctx,
         resources,
         watch::Timing::DEFAULT,
     );
     tokio::spawn(pod_reads::run(
         shared.clone(),
         client,
+        ctx.api.clone(),
         rx,
         Duration::from_secs(3600),
         100,

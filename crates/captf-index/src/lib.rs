@@ -50,7 +50,7 @@ pub use force_unlocks::MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE;
 pub use keys::{LockKey, ObjectKey, ObjectRef};
 pub use locks::{Lock, LockState};
 pub use pods::{PodRead, ReadTicket};
-pub use resource::{Resource, ResourceSpec};
+pub use resource::Resource;
 pub use views::{KeyView, LockView, MismatchLog, ObjectView, OverdueLog};
 
 use captf_core::classify::HolderClass;
