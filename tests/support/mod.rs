@@ -279,6 +279,7 @@ pub fn tokio_stream(
 pub const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
 pub const PODS: &str = "/api/v1/pods";
 pub const MACHINES: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachines";
+pub const EVENTS: &str = "/apis/events.k8s.io/v1/events";
 
 pub fn start(api: &FakeApi) -> Arc<Shared> {
     let (shared, rx) = Shared::new();
