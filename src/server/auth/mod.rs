@@ -63,22 +63,10 @@ const FALLBACK_PATH: &str = "/metrics";
 /// A positive answer may stand in for ten more minutes while the API server
 /// does not answer, for [`FALLBACK_PATH`] only, so an API outage does not
 /// also blind the scrapes that would report it; a refusal never stands in.
-const TOKEN_TTL: Ttl = Ttl {
-    fresh: Duration::from_secs(60),
-    fallback: Duration::from_secs(600),
-};
-const REJECTED_TTL: Ttl = Ttl {
-    fresh: Duration::from_secs(10),
-    fallback: Duration::ZERO,
-};
-const ALLOWED_TTL: Ttl = Ttl {
-    fresh: Duration::from_secs(300),
-    fallback: Duration::from_secs(600),
-};
-const DENIED_TTL: Ttl = Ttl {
-    fresh: Duration::from_secs(30),
-    fallback: Duration::ZERO,
-};
+const TOKEN_TTL: Ttl = Ttl::secs(60, 600);
+const REJECTED_TTL: Ttl = Ttl::secs(10, 0);
+const ALLOWED_TTL: Ttl = Ttl::secs(300, 600);
+const DENIED_TTL: Ttl = Ttl::secs(30, 0);
 
 /// Answers held per cache.
 const CACHE_CAPACITY: usize = 1024;
