@@ -30,7 +30,7 @@ async fn force_unlocks_are_counted_once_and_the_field_selector_falls_back() {
         (MACHINES, false, _) => {
             Reply::Json(200, list(vec![machine("web", 3), machine("db", 4)], 5))
         }
-        (MACHINES, true, _) => Reply::Watch(vec![], true),
+        (MACHINES, true, _) => open_watch(),
         // An API server that does not know the field selector answers 400.
         (EVENTS, false, 1) => Reply::Json(400, status(400, "BadRequest")),
         // The first list (history): counts nothing, sets the time.
@@ -45,7 +45,7 @@ async fn force_unlocks_are_counted_once_and_the_field_selector_falls_back() {
                 json!({"type": "ADDED", "object": {"apiVersion": "events.k8s.io/v1", "kind": "Event",
                     "metadata": {"name": "x", "namespace": NS, "resourceVersion": "8"}, "reason": "ForceUnlocked",
                     "reportingController": "someone-else", "regarding": {"kind": "TerraformMachine", "name": "db"}}}),
-                json!({"type": "ERROR", "object": status(410, "Expired")}),
+                expired(),
             ],
             false,
         ),
@@ -63,7 +63,7 @@ async fn force_unlocks_are_counted_once_and_the_field_selector_falls_back() {
                 10,
             ),
         ),
-        (EVENTS, true, _) => Reply::Watch(vec![], true),
+        (EVENTS, true, _) => open_watch(),
         _ => not_served(),
     });
     let shared = start(&api);
@@ -146,7 +146,7 @@ async fn forged_force_unlock_events_move_no_counter_and_add_no_series() {
     ];
     let api = FakeApi::new(move |path, is_watch, _| match (path, is_watch) {
         (MACHINES, false) => Reply::Json(200, list(vec![machine("web", 3)], 5)),
-        (MACHINES, true) => Reply::Watch(vec![], true),
+        (MACHINES, true) => open_watch(),
         (EVENTS, false) => Reply::Json(200, list(vec![], 5)),
         (EVENTS, true) => Reply::Watch(events.clone(), true),
         _ => not_served(),

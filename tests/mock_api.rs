@@ -19,10 +19,7 @@ async fn watch_drop_and_410_recover_without_losing_state() {
             false,
         ),
         // The resumed watch is told its resourceVersion expired.
-        (LEASES, true, 2) => Reply::Watch(
-            vec![json!({"type": "ERROR", "object": status(410, "Expired")})],
-            false,
-        ),
+        (LEASES, true, 2) => Reply::Watch(vec![expired()], false),
         (LEASES, false, _) => Reply::Json(
             200,
             list(
@@ -34,9 +31,8 @@ async fn watch_drop_and_410_recover_without_losing_state() {
                 20,
             ),
         ),
-        (LEASES, true, _) => Reply::Watch(vec![], true),
-        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
-        (PODS, true, _) => Reply::Watch(vec![], true),
+        (LEASES, true, _) => open_watch(),
+        (PODS, w, _) => empty(w),
         _ => not_served(),
     });
     let shared = start(&api);
@@ -106,11 +102,11 @@ async fn forbidden_pods_make_own_locks_unverified_and_the_rest_works() {
                 5,
             ),
         ),
-        (LEASES, true) => Reply::Watch(vec![], true),
+        (LEASES, true) => open_watch(),
         (MACHINES, false) => {
             Reply::Json(200, list(vec![machine("web", 3), machine("other", 4)], 5))
         }
-        (MACHINES, true) => Reply::Watch(vec![], true),
+        (MACHINES, true) => open_watch(),
         (p, _) if p.starts_with("/api/v1/") && p.contains("pods") => {
             Reply::Json(403, status(403, "Forbidden"))
         }
@@ -169,11 +165,11 @@ async fn stale_is_confirmed_by_a_live_get_and_only_get_is_used() {
             200,
             list(vec![lease("web", Some(&format!("@{WEB_POD}")), 1)], 5),
         ),
-        (LEASES, true) => Reply::Watch(vec![], true),
+        (LEASES, true) => open_watch(),
         (MACHINES, false) => Reply::Json(200, list(vec![machine("web", 3)], 5)),
-        (MACHINES, true) => Reply::Watch(vec![], true),
+        (MACHINES, true) => open_watch(),
         (PODS, false) => Reply::Json(200, list(vec![], 5)),
-        (PODS, true) => Reply::Watch(vec![], true),
+        (PODS, true) => open_watch(),
         (p, false) if p == format!("/api/v1/namespaces/{NS}/pods/{WEB_POD}") => {
             Reply::Json(404, status(404, "NotFound"))
         }
@@ -216,8 +212,7 @@ async fn server_errors_and_garbage_do_not_stop_the_exporter() {
             ],
             true,
         ),
-        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
-        (PODS, true, _) => Reply::Watch(vec![], true),
+        (PODS, w, _) => empty(w),
         _ => not_served(),
     });
     let shared = start(&api);
@@ -257,8 +252,7 @@ async fn a_broken_watch_resumes_without_relist_and_is_up_again() {
             vec![json!({"type": "MODIFIED", "object": lease("a", None, 6)})],
             true,
         ),
-        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
-        (PODS, true, _) => Reply::Watch(vec![], true),
+        (PODS, w, _) => empty(w),
         _ => not_served(),
     });
     let shared = start(&api);
@@ -304,9 +298,9 @@ async fn a_skipped_resource_is_never_requested_exports_no_watch_series_and_does_
     // holds readiness back for as long as the resource is watched.
     let script = |path: &str, is_watch: bool, _: usize| match (path, is_watch) {
         (LEASES, false) => Reply::Json(200, list(vec![lease("web", Some("alice@laptop"), 1)], 5)),
-        (LEASES, true) => Reply::Watch(vec![], true),
+        (LEASES, true) => open_watch(),
         (MACHINES, false) => Reply::Json(200, list(vec![machine("web", 3)], 5)),
-        (MACHINES, true) => Reply::Watch(vec![], true),
+        (MACHINES, true) => open_watch(),
         (POOLS, _) => Reply::Json(503, status(503, "ServiceUnavailable")),
         _ => not_served(),
     };

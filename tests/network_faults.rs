@@ -44,7 +44,7 @@ async fn retry_after_on_429_is_honoured() {
                 false,
             ),
             (PODS, false) => Reply::Json(200, list(vec![], 1)),
-            (PODS, true) => Reply::Watch(vec![], true),
+            (PODS, true) => open_watch(),
             _ => not_served(),
         }
     });

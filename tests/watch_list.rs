@@ -58,7 +58,7 @@ async fn a_streaming_server_is_read_with_one_watch_list_per_resource_and_no_list
             vec![added(machine("a", 5)), end_bookmark("TerraformMachine", 20)],
             true,
         ),
-        (LEASES | PODS | MACHINES, true, _) => Reply::Watch(vec![], true),
+        (LEASES | PODS | MACHINES, true, _) => open_watch(),
         _ => not_served(),
     });
     let shared = start(&api);
@@ -123,7 +123,7 @@ async fn a_half_streamed_state_is_never_shown_and_no_end_bookmark_means_paged() 
             ),
         ),
         (PODS, true, 1) => Reply::Watch(vec![end_bookmark("Pod", 20)], true),
-        (_, true, _) => Reply::Watch(vec![], true),
+        (_, true, _) => open_watch(),
         _ => not_served(),
     });
     let shared = start(&api);
@@ -186,10 +186,7 @@ async fn a_change_before_the_end_bookmark_falls_back_at_once() {
 async fn a_refusing_server_is_listed_in_pages_and_asked_no_more() {
     let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
         (LEASES, false, 1) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
-        (LEASES, true, 1) => Reply::Watch(
-            vec![json!({"type": "ERROR", "object": status(410, "Expired")})],
-            false,
-        ),
+        (LEASES, true, 1) => Reply::Watch(vec![expired()], false),
         (LEASES, false, _) => Reply::Json(
             200,
             list(
@@ -200,9 +197,8 @@ async fn a_refusing_server_is_listed_in_pages_and_asked_no_more() {
                 20,
             ),
         ),
-        (LEASES, true, _) => Reply::Watch(vec![], true),
-        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
-        (PODS, true, _) => Reply::Watch(vec![], true),
+        (LEASES, true, _) => open_watch(),
+        (PODS, w, _) => empty(w),
         _ => not_served(),
     });
     let shared = start(&api);
@@ -235,7 +231,7 @@ async fn a_relist_streams_again_and_replaces_the_scope_at_its_end() {
             vec![
                 added(lease("a", Some("alice@laptop"), 3)),
                 end_bookmark("Lease", 20),
-                json!({"type": "ERROR", "object": status(410, "Expired")}),
+                expired(),
             ],
             false,
         ),
@@ -292,7 +288,7 @@ async fn a_plain_bookmark_or_an_early_end_falls_back_at_once() {
         (PODS, true, 1) => Reply::Watch(vec![added(lease("x", None, 2))], false),
         (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 3)], 7)),
         (PODS, false, _) => Reply::Json(200, list(vec![], 7)),
-        (LEASES | PODS, true, _) => Reply::Watch(vec![], true),
+        (LEASES | PODS, true, _) => open_watch(),
         _ => not_served(),
     });
     let t0 = tokio::time::Instant::now();
@@ -316,7 +312,7 @@ async fn a_quiet_watch_is_restarted_by_silence_only_where_bookmarks_come_or_no_p
     let api = FakeApi::new(move |path, is_watch, _| match (path, is_watch) {
         (LEASES, false) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 3)], 7)),
         (PODS, false) => Reply::Json(200, list(vec![], 7)),
-        (LEASES, true) => Reply::Watch(vec![], true),
+        (LEASES, true) => open_watch(),
         (PODS, true) => Reply::Watch(vec![plain_bookmark.clone()], true),
         _ => not_served(),
     });
@@ -374,7 +370,7 @@ async fn an_initializing_watch_cache_is_listed_at_once_for_that_sync() {
             vec![("retry-after", "1".into())],
         ),
         (MACHINES, false, _) => Reply::Json(200, list(vec![machine("a", 5)], 9)),
-        (MACHINES, true, _) => Reply::Watch(vec![], true),
+        (MACHINES, true, _) => open_watch(),
         (LEASES | PODS, true, _) => Reply::Watch(vec![end_bookmark("Lease", 20)], true),
         _ => not_served(),
     });

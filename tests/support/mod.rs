@@ -376,6 +376,38 @@ pub fn value(text: &str, series_prefix: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// A watch that stays open and sends nothing.
+pub fn open_watch() -> Reply {
+    Reply::Watch(vec![], true)
+}
+
+/// Nothing to serve: an empty list, or a watch that stays open and sends
+/// nothing.
+pub fn empty(is_watch: bool) -> Reply {
+    if is_watch {
+        open_watch()
+    } else {
+        Reply::Json(200, list(vec![], 1))
+    }
+}
+
+/// The event that ends a watch whose resourceVersion is too old (410).
+pub fn expired() -> Value {
+    json!({"type": "ERROR", "object": status(410, "Expired")})
+}
+
+/// `captf_lock_exporter_watch_errors_total` of the Leases watch for
+/// `reason` (0 when the series is absent).
+pub fn leases_errors(text: &str, reason: &str) -> f64 {
+    value(
+        text,
+        &format!(
+            "captf_lock_exporter_watch_errors_total{{resource=\"leases\",reason=\"{reason}\"}}"
+        ),
+    )
+    .unwrap_or(0.0)
+}
+
 /// Everything not scripted is a resource that is not served.
 pub fn not_served() -> Reply {
     Reply::Json(404, status(404, "NotFound"))
