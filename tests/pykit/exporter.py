@@ -163,6 +163,24 @@ class Exporter(ManagedProcess):
         return out
 
 
+def start_healthy(make: Callable[[], Exporter], started: list[Exporter], attempts: int = 3) -> Exporter:
+    """``make()`` started until it answers /healthz, every process kept in ``started`` (for the
+    teardown). The free port found a moment ago may have been taken since: a bind error retires the
+    process and starts another; any other death raises."""
+    for attempt in range(attempts):
+        exp = make()
+        started.append(exp)
+        exp.start()
+        try:
+            exp.wait_healthy()
+            return exp
+        except ExporterDied:
+            if attempt == attempts - 1 or "in use" not in exp.log_text().lower():
+                raise
+            exp.retired = True
+    raise ValueError(f"attempts must be at least 1, not {attempts}")
+
+
 def wait_metric(exporter: Exporter, predicate: Callable[[Metrics], Any], timeout: float, what: str) -> Metrics:
     """Scrape until ``predicate(metrics)`` is truthy; returns the scrape that satisfied it."""
     holder: dict[str, Metrics] = {}
