@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -161,6 +162,15 @@ class Exporter(ManagedProcess):
                 except ValueError:
                     pass
         return out
+
+
+def run_cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess:
+    """One command of the binary (``locks``, ``explain``...) with ``kubeconfig``, in an environment
+    cleared of Kubernetes and exporter settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_"))
+           and k != "KUBECONFIG"}
+    return subprocess.run([exporter_bin(), "--kubeconfig", str(kubeconfig), *args], capture_output=True,
+                          text=True, timeout=60, env=env)
 
 
 def start_healthy(make: Callable[[], Exporter], started: list[Exporter], attempts: int = 3) -> Exporter:
