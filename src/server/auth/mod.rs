@@ -151,7 +151,10 @@ impl Guard {
         if is_open(path) {
             return Ok(());
         }
-        let decision = reviews.decide(health, method, path, authorization).await;
+        let decision = match bearer(authorization) {
+            Ok(token) => reviews.decide(health, token, &verb(method), path).await,
+            Err(refusal) => Err(refusal),
+        };
         health.on_auth(match &decision {
             Ok(()) => AuthResult::Allowed,
             Err(Refusal::Unauthenticated(_)) => AuthResult::Unauthenticated,
@@ -237,14 +240,15 @@ impl From<CallError> for Refusal {
 }
 
 impl Reviews {
+    /// Whether the bearer of `token` may `verb` `path`: the API server's
+    /// reviews, through the caches.
     async fn decide(
         &self,
         health: &Arc<Health>,
-        method: &Method,
+        token: &str,
+        verb: &str,
         path: &str,
-        authorization: Option<&HeaderValue>,
     ) -> Result<(), Refusal> {
-        let token = bearer(authorization)?;
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         // An older answer stands in only for the scrape, and only when the
         // API server did not answer: never for a full local queue or a
@@ -277,16 +281,15 @@ impl Reviews {
                 ))
             }
         };
-        let verb = verb(method);
         let allowed = self
             .access
             .get(
-                &access_key(&user, &verb, path),
+                &access_key(&user, verb, path),
                 |ok| if *ok { ALLOWED_TTL } else { DENIED_TTL },
                 may_fall_back,
                 || {
                     let reviewer = self.reviewer.clone();
-                    let (user, verb, path) = (user.clone(), verb.clone(), path.to_owned());
+                    let (user, verb, path) = (user.clone(), verb.to_owned(), path.to_owned());
                     self.call(health, Review::Access, async move {
                         reviewer.access(&user, &verb, &path).await
                     })
