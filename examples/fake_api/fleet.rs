@@ -2,8 +2,8 @@
 
 use captf_lock_exporter::core::jobname::{job_name, Op};
 use captf_lock_exporter::core::kind::Kind;
+use captf_lock_exporter::demo::objects::lock_id;
 use chrono::{SecondsFormat, Utc};
-use sha2::{Digest, Sha256};
 
 /// Who holds a held lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,16 +126,9 @@ pub(crate) fn ts(unix: i64) -> String {
         .to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
+/// A UUID-shaped ID derived from `seed` (the demo's rule for lock IDs).
 pub(crate) fn uid(seed: &str) -> String {
-    let h = hex::encode(Sha256::digest(seed.as_bytes()));
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    lock_id(seed)
 }
 
 pub(crate) fn runner_pod(o: &Obj, attempt: i32) -> String {

@@ -1,7 +1,6 @@
 //! HTTP helpers (bodies, Status replies, query strings, Kubernetes paths)
 //! and the router that sends each request to the store.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,6 +16,8 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
+
+use captf_lock_exporter::demo::query::params;
 
 use crate::*;
 
@@ -67,42 +68,6 @@ pub(crate) fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
     )
 }
 
-pub(crate) fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut k = 0;
-    while k < b.len() {
-        match b[k] {
-            b'%' if k + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[k + 1..k + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        k += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        k += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-pub(crate) fn query(q: Option<&str>) -> HashMap<String, String> {
-    q.unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (percent_decode(k), percent_decode(v)),
-            None => (percent_decode(p), String::new()),
-        })
-        .collect()
-}
-
 /// A Kubernetes path: resource, namespace, object name.
 pub(crate) fn route(path: &str) -> Option<(Resource, Option<String>, Option<String>)> {
     let rest = if let Some(r) = path.strip_prefix("/api/") {
@@ -131,7 +96,7 @@ pub(crate) fn route(path: &str) -> Option<(Resource, Option<String>, Option<Stri
 impl Store {
     pub(crate) async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let path = req.uri().path().to_owned();
-        let q = query(req.uri().query());
+        let q = params(req.uri().query().unwrap_or_default());
         let method = req.method().clone();
         match (method, path.as_str()) {
             (Method::GET, "/_stats") => return json_reply(StatusCode::OK, &self.stats()),
