@@ -12,7 +12,7 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_drop_and_410_recover_without_losing_state() {
     let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
-        (LEASES, false, 1) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
+        (LEASES, false, 1) => held_leases(&[("a", "alice@laptop", 1)], 5),
         // Dropped connection: one event, then the stream ends.
         (LEASES, true, 1) => Reply::Watch(
             vec![json!({"type": "ADDED", "object": lease("b", Some("bob@desk"), 6)})],
@@ -20,16 +20,13 @@ async fn watch_drop_and_410_recover_without_losing_state() {
         ),
         // The resumed watch is told its resourceVersion expired.
         (LEASES, true, 2) => Reply::Watch(vec![expired()], false),
-        (LEASES, false, _) => Reply::Json(
-            200,
-            list(
-                vec![
-                    lease("a", Some("alice@laptop"), 1),
-                    lease("b", Some("bob@desk"), 6),
-                    lease("c", Some("carol@vm"), 7),
-                ],
-                20,
-            ),
+        (LEASES, false, _) => held_leases(
+            &[
+                ("a", "alice@laptop", 1),
+                ("b", "bob@desk", 6),
+                ("c", "carol@vm", 7),
+            ],
+            20,
         ),
         (LEASES, true, _) => open_watch(),
         (PODS, w, _) => empty(w),
@@ -37,21 +34,11 @@ async fn watch_drop_and_410_recover_without_losing_state() {
     });
     let shared = start(&api);
     wait_for(&shared, "lock a", 10, |t| has_lock(t, "a", "foreign")).await;
-    // From here on, lock a must be in every scrape: a relist replaces the
-    // index content at its end, it never empties it first.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let t = scrape(&shared);
-        assert!(
-            has_lock(&t, "a", "foreign"),
-            "lock a vanished during recovery:\n{t}"
-        );
-        if has_lock(&t, "b", "foreign") && has_lock(&t, "c", "foreign") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "did not recover:\n{t}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // From here on, lock a must be in every scrape.
+    wait_keeping(&shared, "a", "the recovery", 15, |t| {
+        has_lock(t, "b", "foreign") && has_lock(t, "c", "foreign")
+    })
+    .await;
     assert_eq!(
         api.calls(LEASES, false),
         2,
@@ -204,7 +191,7 @@ async fn server_errors_and_garbage_do_not_stop_the_exporter() {
         (LEASES, false, 1) => Reply::Json(500, status(500, "InternalError")),
         // Not JSON at all.
         (LEASES, false, 2) => Reply::Json(200, json!("this is not a list")),
-        (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
+        (LEASES, false, _) => held_leases(&[("a", "alice@laptop", 1)], 5),
         (LEASES, true, _) => Reply::Watch(
             vec![
                 json!({"type": "ADDED", "object": {"metadata": 7}}),
@@ -244,7 +231,7 @@ async fn server_errors_and_garbage_do_not_stop_the_exporter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_watch_resumes_without_relist_and_is_up_again() {
     let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
-        (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
+        (LEASES, false, _) => held_leases(&[("a", "alice@laptop", 1)], 5),
         // The connection breaks mid-watch: a transport error, not a 410.
         (LEASES, true, 1) => Reply::WatchBroken(vec![]),
         // The watcher resumes from the same resourceVersion; a change flows.
@@ -297,7 +284,7 @@ async fn a_skipped_resource_is_never_requested_exports_no_watch_series_and_does_
     // TerraformMachinePools answer 503 forever: a transient failure, which
     // holds readiness back for as long as the resource is watched.
     let script = |path: &str, is_watch: bool, _: usize| match (path, is_watch) {
-        (LEASES, false) => Reply::Json(200, list(vec![lease("web", Some("alice@laptop"), 1)], 5)),
+        (LEASES, false) => held_leases(&[("web", "alice@laptop", 1)], 5),
         (LEASES, true) => open_watch(),
         (MACHINES, false) => Reply::Json(200, list(vec![machine("web", 3)], 5)),
         (MACHINES, true) => open_watch(),

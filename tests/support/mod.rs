@@ -345,6 +345,37 @@ pub async fn wait_for(
     shared: &Arc<Shared>,
     what: &str,
     secs: u64,
+    cond: impl FnMut(&str) -> bool,
+) -> String {
+    poll(shared, what, secs, Duration::from_millis(20), cond).await
+}
+
+/// [`wait_for`], with every scrape on the way still showing the foreign
+/// lock `kept` (a relist replaces the index content at its end, it never
+/// empties it first); scraped more often, to catch a short gap.
+pub async fn wait_keeping(
+    shared: &Arc<Shared>,
+    kept: &str,
+    what: &str,
+    secs: u64,
+    mut cond: impl FnMut(&str) -> bool,
+) -> String {
+    let every = Duration::from_millis(5);
+    poll(shared, what, secs, every, |text| {
+        assert!(
+            has_lock(text, kept, "foreign"),
+            "lock {kept} vanished while waiting for {what}:\n{text}"
+        );
+        cond(text)
+    })
+    .await
+}
+
+async fn poll(
+    shared: &Arc<Shared>,
+    what: &str,
+    secs: u64,
+    every: Duration,
     mut cond: impl FnMut(&str) -> bool,
 ) -> String {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -357,7 +388,7 @@ pub async fn wait_for(
             Instant::now() < deadline,
             "timed out waiting for {what}; last scrape:\n{text}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -374,6 +405,16 @@ pub fn value(text: &str, series_prefix: &str) -> Option<f64> {
         .find(|l| l.starts_with(series_prefix))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// A list of Leases, each `(machine, who, resourceVersion)` held by `who`,
+/// at the list's `resourceVersion`.
+pub fn held_leases(locks: &[(&str, &str, u32)], rv: u32) -> Reply {
+    let items = locks
+        .iter()
+        .map(|&(machine, who, item_rv)| lease(machine, Some(who), item_rv))
+        .collect();
+    Reply::Json(200, list(items, rv))
 }
 
 /// A watch that stays open and sends nothing.
