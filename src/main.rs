@@ -1,4 +1,9 @@
-//! captf-lock-exporter: see the README.
+//! The binary: reads the flags, then either runs one on-call command
+//! (`locks`, `explain`) and exits, or serves: binds the endpoint first (a
+//! taken port fails at once), builds the API client (or the in-process
+//! demo cluster), and starts the watchers, pod reads, deadlines and the
+//! HTTP server under one supervisor until SIGTERM or Ctrl-C. What it
+//! exports and why: the README and docs/architecture.md.
 
 use std::process::ExitCode;
 
@@ -366,12 +371,11 @@ async fn shutdown_signal() {
 }
 
 /// Fixes glibc's mmap threshold at 128 KiB. glibc raises the threshold
-/// whenever a large block it had mmapped is freed; a relist's pages (about
-/// 1 MB each) and the exposition (5 MB at 10k objects) then come from the
-/// heap, which keeps the freed memory: the soak saw RSS climb in steps at
-/// every relist (+11 % in 30 minutes), and with the threshold fixed it held
-/// within 5 % (tools/soak/README.md). Large blocks stay mmapped and go back
-/// to the system when freed.
+/// whenever a large mmapped block is freed; from then on a relist's pages
+/// and the exposition come from the heap, which keeps what is freed, so RSS
+/// climbs a step at every relist. With the threshold fixed, large blocks
+/// stay mmapped and go back to the system when freed. The soak's figures
+/// before and after: tools/soak/README.md.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn fix_mmap_threshold() {
     // SAFETY: mallopt only sets an allocator parameter; it is called once,

@@ -99,7 +99,7 @@ impl World {
                     Reply::Watch(events, true)
                 }
                 (PODS, false, Fault::None) => Reply::Json(200, list(vec![], 1)),
-                (PODS, true, Fault::None) => Reply::Watch(vec![], true),
+                (PODS, true, Fault::None) => open_watch(),
                 _ => not_served(),
             }
         })
@@ -141,16 +141,6 @@ fn held(text: &str, name: &str) -> Option<f64> {
             "captf_state_lock_held{{namespace=\"{NS}\",kind=\"TerraformMachine\",name=\"{name}\"}}"
         ),
     )
-}
-
-fn leases_errors(text: &str, reason: &str) -> f64 {
-    value(
-        text,
-        &format!(
-            "captf_lock_exporter_watch_errors_total{{resource=\"leases\",reason=\"{reason}\"}}"
-        ),
-    )
-    .unwrap_or(0.0)
 }
 
 /// Scrapes once per virtual second until `cond` holds; returns the time it

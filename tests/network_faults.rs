@@ -36,7 +36,7 @@ async fn retry_after_on_429_is_honoured() {
             );
         }
         match (path, is_watch) {
-            (LEASES, false) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
+            (LEASES, false) => held_leases(&[("a", "alice@laptop", 1)], 5),
             // Watches end after a bookmark: every resumption is a request.
             (LEASES, true) => Reply::Watch(
                 vec![json!({"type": "BOOKMARK", "object": {"kind": "Lease",
@@ -44,7 +44,7 @@ async fn retry_after_on_429_is_honoured() {
                 false,
             ),
             (PODS, false) => Reply::Json(200, list(vec![], 1)),
-            (PODS, true) => Reply::Watch(vec![], true),
+            (PODS, true) => open_watch(),
             _ => not_served(),
         }
     });

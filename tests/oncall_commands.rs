@@ -16,6 +16,14 @@ const NMACHINES: &str =
 const STALE_POD: &str = "captf-m-stale-apply-a2-abc123-x7k2p";
 const LIVE_POD: &str = "captf-m-live-apply-a1-abc123-x7k2p";
 
+/// `explain target -n namespace` with the trusted image repository: the exit
+/// code, what it printed and what it printed as errors.
+async fn explain(client: &kube::Client, target: &str, namespace: &str) -> (i32, String, String) {
+    let (mut out, mut err) = (String::new(), String::new());
+    let code = oncall::explain(client, target, namespace, TRUSTED, &mut out, &mut err).await;
+    (code, out, err)
+}
+
 fn scripted() -> FakeApi {
     FakeApi::new(|path, _watch, _n| {
         let leases = vec![
@@ -100,16 +108,7 @@ async fn locks_classifies_orders_and_fails_on_overdue_with_get_only() {
 async fn explain_foreign_prints_the_filled_in_force_unlock() {
     let api = scripted();
     let client = api.client();
-    let (mut out, mut err) = (String::new(), String::new());
-    let code = oncall::explain(
-        &client,
-        "TerraformMachines/web",
-        NS,
-        TRUSTED,
-        &mut out,
-        &mut err,
-    )
-    .await;
+    let (code, out, err) = explain(&client, "TerraformMachines/web", NS).await;
     assert_eq!(code, 0, "{err}");
     let suffix = suffix("TerraformMachine", "m", "web");
     let lease = format!("lock-tfstate-default-{suffix}");
@@ -135,19 +134,8 @@ async fn explain_foreign_prints_the_filled_in_force_unlock() {
 async fn explain_own_stale_and_live_and_missing() {
     let api = scripted();
     let client = api.client();
-    let (mut out, mut err) = (String::new(), String::new());
-    assert_eq!(
-        oncall::explain(
-            &client,
-            "terraformmachine/stale",
-            NS,
-            TRUSTED,
-            &mut out,
-            &mut err
-        )
-        .await,
-        0
-    );
+    let (code, out, _) = explain(&client, "terraformmachine/stale", NS).await;
+    assert_eq!(code, 0);
     assert!(
         out.contains("own_stale lock") && out.contains(&format!("yes: {STALE_POD} is a Job pod")),
         "{out}"
@@ -157,50 +145,17 @@ async fn explain_own_stale_and_live_and_missing() {
             && out.contains("kubectl annotate -n ns1 terraformmachine stale"),
         "{out}"
     );
-    let (mut out, mut err) = (String::new(), String::new());
-    assert_eq!(
-        oncall::explain(
-            &client,
-            "terraformmachine/live",
-            NS,
-            TRUSTED,
-            &mut out,
-            &mut err
-        )
-        .await,
-        0
-    );
+    let (code, out, _) = explain(&client, "terraformmachine/live", NS).await;
+    assert_eq!(code, 0);
     assert!(
         out.contains("own_live lock") && out.contains("Do not unlock"),
         "{out}"
     );
-    let (mut out, mut err) = (String::new(), String::new());
-    assert_eq!(
-        oncall::explain(
-            &client,
-            "terraformmachine/free",
-            NS,
-            TRUSTED,
-            &mut out,
-            &mut err
-        )
-        .await,
-        0
-    );
+    let (code, out, _) = explain(&client, "terraformmachine/free", NS).await;
+    assert_eq!(code, 0);
     assert!(out.contains("not held"), "{out}");
-    let (mut out, mut err) = (String::new(), String::new());
-    assert_eq!(
-        oncall::explain(
-            &client,
-            "terraformmachine/nope",
-            NS,
-            TRUSTED,
-            &mut out,
-            &mut err
-        )
-        .await,
-        oncall::EXIT_ATTENTION
-    );
+    let (code, _, _) = explain(&client, "terraformmachine/nope", NS).await;
+    assert_eq!(code, oncall::EXIT_ATTENTION);
     api.assert_only_get();
 }
 
@@ -222,20 +177,8 @@ async fn commands_against_the_demo() {
             "{name} {class}:\n{out}"
         );
     }
-    let (mut out, mut err) = (String::new(), String::new());
-    assert_eq!(
-        oncall::explain(
-            &client,
-            "terraformmachine/prod-md-1",
-            "demo",
-            TRUSTED,
-            &mut out,
-            &mut err
-        )
-        .await,
-        0,
-        "{err}"
-    );
+    let (code, out, err) = explain(&client, "terraformmachine/prod-md-1", "demo").await;
+    assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("lockTimeoutSeconds:    30 (from its TerraformCluster's spec.defaults.jobs)"),
         "{out}"
@@ -294,8 +237,7 @@ fn scripted_odd_locks() -> FakeApi {
 async fn explain_unknown_with_malformed_lock_info_prints_the_guarded_release() {
     let api = scripted_odd_locks();
     let client = api.client();
-    let (mut out, mut err) = (String::new(), String::new());
-    let code = oncall::explain(&client, "tfm/broken", NS, TRUSTED, &mut out, &mut err).await;
+    let (code, out, err) = explain(&client, "tfm/broken", NS).await;
     assert_eq!(code, 0, "{err}");
     let lease = format!(
         "lock-tfstate-default-{}",
@@ -326,16 +268,7 @@ async fn explain_unknown_with_malformed_lock_info_prints_the_guarded_release() {
 async fn explain_force_unlocks_with_holder_identity_when_lock_info_id_differs() {
     let api = scripted_odd_locks();
     let client = api.client();
-    let (mut out, mut err) = (String::new(), String::new());
-    let code = oncall::explain(
-        &client,
-        "terraformmachine/moved",
-        NS,
-        TRUSTED,
-        &mut out,
-        &mut err,
-    )
-    .await;
+    let (code, out, err) = explain(&client, "terraformmachine/moved", NS).await;
     assert_eq!(code, 0, "{err}");
     for want in [
         "Lock ID:       id-moved",

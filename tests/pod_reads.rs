@@ -43,7 +43,7 @@ async fn a_holder_host_that_is_no_pod_name_never_reaches_a_request() {
         ),
         (MACHINES, false) => Reply::Json(200, list(vec![machine("web", 3), machine("db", 4)], 5)),
         (PODS, false) => Reply::Json(200, list(vec![], 5)),
-        (LEASES | MACHINES | PODS, true) => Reply::Watch(vec![], true),
+        (LEASES | MACHINES | PODS, true) => open_watch(),
         (p, false) if p.starts_with(POD_PREFIX) => Reply::Json(404, status(404, "NotFound")),
         _ => not_served(),
     });
@@ -85,7 +85,7 @@ async fn the_read_queue_holds_each_pod_once_through_a_hung_api() {
         (LEASES, false) => Reply::Json(200, list(leases.clone(), 200)),
         (MACHINES, false) => Reply::Json(200, list(machines.clone(), 200)),
         (PODS, false) => Reply::Json(200, list(vec![], 200)),
-        (LEASES | MACHINES | PODS, true) => Reply::Watch(vec![], true),
+        (LEASES | MACHINES | PODS, true) => open_watch(),
         // Every pod read hangs until the API answers again; then each pod
         // is running but not in the cache (cache lag): needs_recheck.
         (p, false) if p.starts_with(POD_PREFIX) => {

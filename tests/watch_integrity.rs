@@ -38,16 +38,6 @@ async fn until(
     }
 }
 
-fn leases_errors(text: &str, reason: &str) -> f64 {
-    value(
-        text,
-        &format!(
-            "captf_lock_exporter_watch_errors_total{{resource=\"leases\",reason=\"{reason}\"}}"
-        ),
-    )
-    .unwrap_or(0.0)
-}
-
 fn shows_lock(text: &str, name: &str) -> bool {
     text.lines()
         .any(|l| l.starts_with("captf_state_lock_info{") && l.contains(&format!("name=\"{name}\"")))
@@ -65,16 +55,7 @@ fn undecodable_delete_of_b() -> serde_json::Value {
 
 /// The first list: Leases a and b held, at version 5.
 fn a_and_b_held() -> Reply {
-    Reply::Json(
-        200,
-        list(
-            vec![
-                lease("a", Some("alice@laptop"), 1),
-                lease("b", Some("bob@desk"), 2),
-            ],
-            5,
-        ),
-    )
+    held_leases(&[("a", "alice@laptop", 1), ("b", "bob@desk", 2)], 5)
 }
 
 /// The exporter on `api`, once it shows Leases a and b held.
@@ -97,14 +78,13 @@ async fn an_undecodable_deleted_event_leads_to_a_relist_and_the_ghost_goes() {
     let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
         (LEASES, false, 1) => a_and_b_held(),
         // After the first list, b is gone: the truth a relist tells.
-        (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 8)),
+        (LEASES, false, _) => held_leases(&[("a", "alice@laptop", 1)], 8),
         // b's deletion arrives undecodable, then a bookmark moves the
         // resume point past it, and the watch stays open: with bookmarks a
         // watch can resume like this for ever and never list again.
         (LEASES, true, 1) => Reply::Watch(vec![undecodable_delete_of_b(), bookmark(7)], true),
-        (LEASES, true, _) => Reply::Watch(vec![], true),
-        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
-        (PODS, true, _) => Reply::Watch(vec![], true),
+        (LEASES, true, _) => open_watch(),
+        (PODS, w, _) => empty(w),
         _ => not_served(),
     });
     let shared = synced_with_a_and_b(&api).await;
@@ -135,12 +115,11 @@ async fn an_undecodable_deleted_event_leads_to_a_relist_and_the_ghost_goes() {
 async fn an_undecodable_event_on_a_watch_that_ends_relists_at_its_end() {
     let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
         (LEASES, false, 1) => a_and_b_held(),
-        (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 8)),
+        (LEASES, false, _) => held_leases(&[("a", "alice@laptop", 1)], 8),
         // The watch ends right after them (a server timeout, a proxy).
         (LEASES, true, 1) => Reply::Watch(vec![undecodable_delete_of_b(), bookmark(7)], false),
-        (LEASES, true, _) => Reply::Watch(vec![], true),
-        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
-        (PODS, true, _) => Reply::Watch(vec![], true),
+        (LEASES, true, _) => open_watch(),
+        (PODS, w, _) => empty(w),
         _ => not_served(),
     });
     let shared = start(&api);
@@ -182,12 +161,11 @@ async fn a_watch_that_closes_at_once_is_paced_and_counted() {
     // delay at all stops instead of spinning the test for ever.
     const CAP: usize = 2000;
     let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
-        (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
+        (LEASES, false, _) => held_leases(&[("a", "alice@laptop", 1)], 5),
         // 200, no event, end of stream: a proxy that closes every watch.
         (LEASES, true, n) if n <= CAP => Reply::Watch(vec![], false),
         (LEASES, true, _) => Reply::Hang,
-        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
-        (PODS, true, _) => Reply::Watch(vec![], true),
+        (PODS, w, _) => empty(w),
         _ => not_served(),
     });
     let started = Instant::now();
@@ -239,8 +217,7 @@ async fn a_watch_line_too_long_to_read_is_skipped_and_counted_and_the_stream_goe
             true,
         ),
         (LEASES, true, _) => Reply::Watch(vec![bookmark(8)], true),
-        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
-        (PODS, true, _) => Reply::Watch(vec![], true),
+        (PODS, w, _) => empty(w),
         _ => not_served(),
     });
     let shared = synced_with_a_and_b(&api).await;

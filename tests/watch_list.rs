@@ -58,7 +58,7 @@ async fn a_streaming_server_is_read_with_one_watch_list_per_resource_and_no_list
             vec![added(machine("a", 5)), end_bookmark("TerraformMachine", 20)],
             true,
         ),
-        (LEASES | PODS | MACHINES, true, _) => Reply::Watch(vec![], true),
+        (LEASES | PODS | MACHINES, true, _) => open_watch(),
         _ => not_served(),
     });
     let (shared, ctx) = start_with_context(&api);
@@ -112,18 +112,9 @@ async fn a_half_streamed_state_is_never_shown_and_no_end_bookmark_means_paged() 
         // An ordinary watch from "now" with its objects as ADDED: what an
         // API server that ignores sendInitialEvents answers.
         (LEASES, true, 1) => Reply::Watch(vec![added(lease("a", Some("alice@laptop"), 3))], true),
-        (LEASES, false, _) => Reply::Json(
-            200,
-            list(
-                vec![
-                    lease("a", Some("alice@laptop"), 3),
-                    lease("b", Some("bob@desk"), 4),
-                ],
-                20,
-            ),
-        ),
+        (LEASES, false, _) => held_leases(&[("a", "alice@laptop", 3), ("b", "bob@desk", 4)], 20),
         (PODS, true, 1) => Reply::Watch(vec![end_bookmark("Pod", 20)], true),
-        (_, true, _) => Reply::Watch(vec![], true),
+        (_, true, _) => open_watch(),
         _ => not_served(),
     });
     let (shared, ctx) = start_with_context(&api);
@@ -185,24 +176,11 @@ async fn a_change_before_the_end_bookmark_falls_back_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusing_server_is_listed_in_pages_and_asked_no_more() {
     let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
-        (LEASES, false, 1) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 1)], 5)),
-        (LEASES, true, 1) => Reply::Watch(
-            vec![json!({"type": "ERROR", "object": status(410, "Expired")})],
-            false,
-        ),
-        (LEASES, false, _) => Reply::Json(
-            200,
-            list(
-                vec![
-                    lease("a", Some("alice@laptop"), 1),
-                    lease("c", Some("carol@vm"), 7),
-                ],
-                20,
-            ),
-        ),
-        (LEASES, true, _) => Reply::Watch(vec![], true),
-        (PODS, false, _) => Reply::Json(200, list(vec![], 1)),
-        (PODS, true, _) => Reply::Watch(vec![], true),
+        (LEASES, false, 1) => held_leases(&[("a", "alice@laptop", 1)], 5),
+        (LEASES, true, 1) => Reply::Watch(vec![expired()], false),
+        (LEASES, false, _) => held_leases(&[("a", "alice@laptop", 1), ("c", "carol@vm", 7)], 20),
+        (LEASES, true, _) => open_watch(),
+        (PODS, w, _) => empty(w),
         _ => not_served(),
     });
     let (shared, ctx) = start_with_context(&api);
@@ -235,7 +213,7 @@ async fn a_relist_streams_again_and_replaces_the_scope_at_its_end() {
             vec![
                 added(lease("a", Some("alice@laptop"), 3)),
                 end_bookmark("Lease", 20),
-                json!({"type": "ERROR", "object": status(410, "Expired")}),
+                expired(),
             ],
             false,
         ),
@@ -252,19 +230,10 @@ async fn a_relist_streams_again_and_replaces_the_scope_at_its_end() {
     });
     let (shared, ctx) = start_with_context(&api);
     wait_for(&shared, "lock a", 10, |t| has_lock(t, "a", "foreign")).await;
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let t = scrape(&shared);
-        assert!(
-            has_lock(&t, "a", "foreign"),
-            "lock a vanished during the relist:\n{t}"
-        );
-        if has_lock(&t, "c", "foreign") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "no relist:\n{t}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_keeping(&shared, "a", "the relist", 15, |t| {
+        has_lock(t, "c", "foreign")
+    })
+    .await;
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 2);
     assert_eq!(api.calls(LEASES, false), 0, "no LIST");
     assert!(ctx.watch_list.streams());
@@ -290,9 +259,9 @@ async fn a_plain_bookmark_or_an_early_end_falls_back_at_once() {
             false,
         ),
         (PODS, true, 1) => Reply::Watch(vec![added(lease("x", None, 2))], false),
-        (LEASES, false, _) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 3)], 7)),
+        (LEASES, false, _) => held_leases(&[("a", "alice@laptop", 3)], 7),
         (PODS, false, _) => Reply::Json(200, list(vec![], 7)),
-        (LEASES | PODS, true, _) => Reply::Watch(vec![], true),
+        (LEASES | PODS, true, _) => open_watch(),
         _ => not_served(),
     });
     let t0 = tokio::time::Instant::now();
@@ -314,9 +283,9 @@ async fn a_quiet_watch_is_restarted_by_silence_only_where_bookmarks_come_or_no_p
     let plain_bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
         "metadata": {"resourceVersion": "9"}}});
     let api = FakeApi::new(move |path, is_watch, _| match (path, is_watch) {
-        (LEASES, false) => Reply::Json(200, list(vec![lease("a", Some("alice@laptop"), 3)], 7)),
+        (LEASES, false) => held_leases(&[("a", "alice@laptop", 3)], 7),
         (PODS, false) => Reply::Json(200, list(vec![], 7)),
-        (LEASES, true) => Reply::Watch(vec![], true),
+        (LEASES, true) => open_watch(),
         (PODS, true) => Reply::Watch(vec![plain_bookmark.clone()], true),
         _ => not_served(),
     });
@@ -374,7 +343,7 @@ async fn an_initializing_watch_cache_is_listed_at_once_for_that_sync() {
             vec![("retry-after", "1".into())],
         ),
         (MACHINES, false, _) => Reply::Json(200, list(vec![machine("a", 5)], 9)),
-        (MACHINES, true, _) => Reply::Watch(vec![], true),
+        (MACHINES, true, _) => open_watch(),
         (LEASES | PODS, true, _) => Reply::Watch(vec![end_bookmark("Lease", 20)], true),
         _ => not_served(),
     });

@@ -59,7 +59,20 @@ pub fn parse_kind(s: &str) -> Option<Kind> {
     })
 }
 
-/// Splits `KIND/NAME`.
+/// Splits `KIND/NAME`, the kind as [`parse_kind`] reads it.
+///
+/// ```
+/// use captf_lock_exporter::core::kind::Kind;
+/// use captf_lock_exporter::oncall::parse_target;
+///
+/// assert_eq!(parse_target("tfm/web"), Ok((Kind::TerraformMachine, "web".to_string())));
+/// assert_eq!(
+///     parse_target("TerraformClusters.infrastructure.cluster.x-k8s.io/prod").map(|t| t.0),
+///     Ok(Kind::TerraformCluster)
+/// );
+/// assert!(parse_target("deployment/web").is_err());
+/// assert!(parse_target("tfm/").is_err());
+/// ```
 pub fn parse_target(s: &str) -> Result<(Kind, String), String> {
     let (kind, name) = s
         .split_once('/')

@@ -117,6 +117,21 @@ pub fn urgency(class: HolderClass, overdue: bool) -> u8 {
 
 /// (kind, name) of the object whose runner a pod name is, if it is named
 /// like a CAPTF Job pod of any object (the name may be CAPTF's hash).
+///
+/// ```
+/// use captf_lock_exporter::core::kind::Kind;
+/// use captf_lock_exporter::oncall::report::runner_pod_owner;
+///
+/// assert_eq!(
+///     runner_pod_owner("captf-m-web-apply-a1-abc123-x7k2p"),
+///     Some((Kind::TerraformMachine, "web".to_string()))
+/// );
+/// assert_eq!(
+///     runner_pod_owner("captf-mp-pool-1-plan-a2-def456-q9w8e"),
+///     Some((Kind::TerraformMachinePool, "pool-1".to_string()))
+/// );
+/// assert_eq!(runner_pod_owner("web-7d4b9c-x7k2p"), None);
+/// ```
 pub fn runner_pod_owner(pod: &str) -> Option<(Kind, String)> {
     // mp before m: "captf-mp-" also starts with "captf-m".
     for kind in [

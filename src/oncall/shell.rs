@@ -14,6 +14,14 @@ use crate::core::shown::{has_hidden, is_hidden, shown};
 /// byte of such a character as a three-digit octal escape: the printed
 /// command carries the raw value, and the terminal never receives the
 /// character. [`has_hidden`] tells when a note is due.
+///
+/// ```
+/// use captf_lock_exporter::oncall::shell::shq;
+///
+/// assert_eq!(shq("ns1/lock-tfstate-default-web"), "ns1/lock-tfstate-default-web");
+/// assert_eq!(shq("alice's laptop"), r"'alice'\''s laptop'");
+/// assert_eq!(shq("a\u{1b}[2Jb"), r"$'a\033[2Jb'");
+/// ```
 pub fn shq(s: &str) -> String {
     if has_hidden(s) {
         return dollar_quote(s);

@@ -4,17 +4,16 @@
 //! waits on it.
 
 use std::convert::Infallible;
-use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::body::{Body, Bytes, Frame, SizeHint};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::observed::Observer;
 use super::RespBody;
 
 /// The response deadline of one connection.
@@ -25,7 +24,7 @@ use super::RespBody;
 /// into its write buffer before it has written them: first the body is
 /// dropped by hyper (it ended, or hyper does not send one, as for `HEAD`:
 /// [`Tracked`]), then a flush of the socket succeeds (hyper flushes the
-/// socket only once its buffer is empty: [`Watched`]). While anything is
+/// socket only once its buffer is empty: [`Observer::flushed`]). While anything is
 /// owed, `due` is set; requests pipelined behind a response still being
 /// written share its deadline instead of extending it, so a client cannot
 /// keep a connection busy for ever by asking again.
@@ -162,54 +161,10 @@ impl Body for Tracked {
     }
 }
 
-/// The connection's socket, telling the clock when a flush succeeded.
-pub(super) struct Watched<I> {
-    pub(super) io: I,
-    pub(super) clock: Arc<ResponseClock>,
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    // Forwarded so that hyper keeps writing the cached chunks with
-    // writev instead of copying them into one buffer.
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let r = Pin::new(&mut self.io).poll_flush(cx);
-        if let Poll::Ready(Ok(())) = r {
-            self.clock.flushed();
-        }
-        r
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
+/// The connection's socket tells the clock when a flush succeeded (see
+/// [`ResponseClock`]).
+impl Observer for Arc<ResponseClock> {
+    fn flushed(&self) {
+        ResponseClock::flushed(self);
     }
 }

@@ -44,10 +44,11 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
 use super::auth::Guard;
-use super::deadline::{ResponseClock, Tracked, Watched};
+use super::deadline::{ResponseClock, Tracked};
 use super::episode::Episode;
+use super::observed::Observed;
 use super::respond;
-use super::slots::{Progressing, Registered, Slots};
+use super::slots::{Registered, Slots};
 use super::tls::Certificates;
 use crate::metrics::{Exposition, ScrapeCache};
 use crate::shared::Shared;
@@ -360,9 +361,9 @@ async fn connection<I>(
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let conn = registered.conn.clone();
-    let io = Progressing {
+    let io = Observed {
         io,
-        conn: conn.clone(),
+        observer: conn.clone(),
     };
     let Some(acceptor) = tls else {
         return http(io, app, &registered, config, shutdown).await;
@@ -427,9 +428,9 @@ async fn http<I>(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout);
-    let io = Watched {
+    let io = Observed {
         io,
-        clock: clock.clone(),
+        observer: clock.clone(),
     };
     let conn = builder.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);

@@ -12,6 +12,7 @@ pub mod auth;
 mod deadline;
 mod episode;
 mod listen;
+mod observed;
 mod slots;
 pub mod tls;
 

@@ -107,6 +107,37 @@ def prom3_paths() -> dict[str, str]:
     return {k: os.environ.get(k) or env[k] for k in keys}
 
 
+class _LocalServer:
+    """A threaded HTTP server on 127.0.0.1 (any free port) that records what went wrong in
+    ``errors``; subclasses give the handler and keep their records under ``_lock``."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def _serve(self, handler: type[http.server.BaseHTTPRequestHandler], name: str,
+               tls: ssl.SSLContext | None = None) -> None:
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.server_address[1]
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(10)
+
+
 # --------------------------------------------------------------------------------------------
 # Scrape tap: what Prometheus asked for, what the exporter answered
 # --------------------------------------------------------------------------------------------
@@ -124,7 +155,7 @@ class TappedScrape:
     body_bytes: int
 
 
-class ScrapeTap:
+class ScrapeTap(_LocalServer):
     """An HTTP pass-through on 127.0.0.1 in front of one exporter replica: every GET is forwarded
     with Prometheus' own request headers, and the exporter's status, headers and body are returned
     unchanged (byte for byte, compressed or not). Each exchange is recorded."""
@@ -136,13 +167,10 @@ class ScrapeTap:
     def __init__(self, upstream_port: int, secure: Secure | None = None) -> None:
         """With ``secure`` the tap serves HTTPS with the exporter's certificate and forwards over
         HTTPS (CA verified), Prometheus' bearer token included."""
+        super().__init__()
         self.upstream_port = upstream_port
         self.secure = secure
         self.scrapes: list[TappedScrape] = []
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._server: http.server.ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     def start(self) -> "ScrapeTap":
         tap = self
@@ -184,30 +212,16 @@ class ScrapeTap:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        sctx = None
         if self.secure is not None:
             sctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             sctx.load_cert_chain(str(self.secure.cert), str(self.secure.key))
-            self._server.socket = sctx.wrap_socket(self._server.socket, server_side=True)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scrape-tap", daemon=True)
-        self._thread.start()
+        self._serve(Handler, "scrape-tap", sctx)
         return self
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        return self._server.server_address[1]
 
     def recorded(self) -> list[TappedScrape]:
         with self._lock:
             return list(self.scrapes)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(10)
 
 
 # --------------------------------------------------------------------------------------------
@@ -236,15 +250,12 @@ class DeliveredAlert:
         return self.alert.get("status", "")
 
 
-class WebhookReceiver:
+class WebhookReceiver(_LocalServer):
     """Records every JSON payload POSTed to it (Alertmanager's webhook_config)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.deliveries: list[Delivery] = []
-        self.errors: list[str] = []
-        self._lock = threading.Lock()
-        self._server: http.server.ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     def start(self) -> "WebhookReceiver":
         receiver = self
@@ -270,15 +281,12 @@ class WebhookReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook", daemon=True)
-        self._thread.start()
+        self._serve(Handler, "webhook")
         return self
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}/alerts"
+        return f"http://127.0.0.1:{self.port}/alerts"
 
     def alerts(self) -> list[DeliveredAlert]:
         with self._lock:
@@ -291,13 +299,6 @@ class WebhookReceiver:
                     and all(a.labels.get(k) == v for k, v in labels.items())):
                 return a
         return None
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(10)
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import urllib3
 
 from pykit.chart import Install, install_chart, render_chart
 from pykit.controlplane import ROOT, ControlPlane, Kube
+from pykit.diagnostics import report_measurements
 from pykit.exporter import Metrics, PROM_ACCEPT
 from pykit.net import free_port, wait_for
 
@@ -34,10 +35,9 @@ import runtime_spec  # noqa: E402
 
 from container import Container, tree, unpack  # noqa: E402
 
-pytest_plugins = ("pykit.pytest_hooks",)
+pytest_plugins = ("pykit.pytest_hooks", "pykit.control_plane_fixtures")
 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
-CRDS = ROOT / "tests" / "crds"
 NAME = "captf-lock-exporter"
 #: measurements, printed at the end of the session and written to IMAGE_REPORT
 REPORT: dict[str, Any] = {}
@@ -47,23 +47,6 @@ def cargo_version() -> str:
     m = re.search(r'^version = "(.*)"$', (ROOT / "Cargo.toml").read_text(), re.M)
     assert m
     return m.group(1)
-
-
-@pytest.fixture(scope="session")
-def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = ControlPlane(tmp_path_factory.mktemp("controlplane"))
-    try:
-        plane.start()
-        plane.kube.apply_crds([CRDS / "terraform.yaml", CRDS / "capi-cluster.yaml"])
-        yield plane
-    finally:
-        plane.stop()
-
-
-@pytest.fixture(scope="session")
-def kube(cp: ControlPlane) -> Kube:
-    assert cp.kube is not None
-    return cp.kube
 
 
 def token_request(kube: Kube, ns: str, sa: str, audience: str, seconds: int,
@@ -234,17 +217,8 @@ def pod(cp: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFactory) 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if not REPORT:
         return
-    terminalreporter.section("image measurements")
-    for k, v in REPORT.items():
-        if k != "container_log_tail":
-            terminalreporter.write_line(f"{k}: {json.dumps(v)}")
     out = Path(os.environ.get("IMAGE_REPORT", ROOT / "target" / "image" / "container-report.json"))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(REPORT, indent=2) + "\n")
-        terminalreporter.write_line(f"(written to {out})")
-    except OSError as e:
-        terminalreporter.write_line(f"could not write {out}: {e}")
+    report_measurements(terminalreporter, "image", REPORT, out, hide=("container_log_tail",))
 
 
 def elapsed_since(t: float) -> float:

@@ -21,7 +21,7 @@ import pytest
 
 from faults import FaultProxy
 from pykit.diagnostics import log_section, on_failure
-from pykit.exporter import LATENCIES, Exporter, ExporterDied, exporter_bin
+from pykit.exporter import LATENCIES, Exporter, ExporterDied, exporter_bin, start_healthy
 from pykit.kube import ALL_RESOURCES, EXPORTER_ARGS as EMULATOR_ARGS, KubeEmulator, write_kubeconfig
 
 pytest_plugins = ("pykit.pytest_hooks",)
@@ -72,19 +72,8 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
         # ``upstream``: the API server URL the kubeconfig names instead of the emulator's (a FaultProxy
         # in front of it); the watches are still awaited on the emulator, behind the proxy.
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", upstream or kube.url)
-        for attempt in range(3):
-            exp = Exporter(exporter_bin(), kubeconfig, tmp_path / f"exporter-{len(started)}.log",
-                           (*EMULATOR_ARGS, *extra_args))
-            started.append(exp)
-            exp.start()
-            try:
-                exp.wait_healthy()
-                break
-            except ExporterDied:
-                # the free port found a moment ago may have been taken since: retry on a bind error
-                if attempt == 2 or "in use" not in exp.log_text().lower():
-                    raise
-                exp.retired = True
+        exp = start_healthy(lambda: Exporter(exporter_bin(), kubeconfig, tmp_path / f"exporter-{len(started)}.log",
+                                             (*EMULATOR_ARGS, *extra_args)), started)
         if wait_watched:
             kube.wait_watched()
         return exp

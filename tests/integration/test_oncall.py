@@ -5,7 +5,6 @@ as text with nothing executed."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import shutil
@@ -16,8 +15,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from pykit.builders import lock_info_doc, lock_lease, now_utc, pod, runner_pod_name, state_suffix, terraform_object
-from pykit.exporter import exporter_bin
+from pykit.builders import create_oncall_locks, lock_info_doc, lock_lease, state_suffix, terraform_object
+from pykit.exporter import exporter_bin, run_cli
 from pykit.kube import KubeEmulator, write_kubeconfig
 from pykit.net import free_port
 
@@ -38,20 +37,7 @@ HOSTILE = [
 
 
 def scenario(kube: KubeEmulator) -> None:
-    old = now_utc() - dt.timedelta(seconds=900)
-    for n in ["web", "stale", "live"]:
-        kube.create(terraform_object(M, NS, n))
-    kube.create(lock_lease(NS, M, "web", lock_info=lock_info_doc("alice@laptop", created=old, lock_id="lock-web-1")))
-    kube.create(lock_lease(NS, M, "stale", who=f"@{runner_pod_name(M, 'stale', 'apply', 3)}"))
-    p_live = runner_pod_name(M, "live")
-    kube.create(pod(NS, p_live, "Running", kind=M, owner="live"))
-    kube.create(lock_lease(NS, M, "live", who=f"@{p_live}"))
-
-
-def run_cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k != "KUBECONFIG"}
-    return subprocess.run([exporter_bin(), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
-                          timeout=60, env=env)
+    create_oncall_locks(kube, NS, M)
 
 
 def test_locks_command(kube: KubeEmulator, tmp_path: Path) -> None:

@@ -246,3 +246,17 @@ def force_unlock_event(ns: str, kind: str, name: str, job: str, *, event_time: d
     if series_count is not None:
         ev["series"] = {"count": series_count, "lastObservedTime": ev["eventTime"]}
     return ev
+
+
+def create_oncall_locks(kube: Any, ns: str, kind: str = "TerraformMachine") -> None:
+    """Three held locks in ``ns`` through ``kube.create`` (the emulator or a real API server): ``web``
+    held by a workstation for 15 minutes (lock ID ``lock-web-1``), ``stale`` by a runner pod that
+    does not exist, ``live`` by a Running runner pod."""
+    old = now_utc() - dt.timedelta(seconds=900)
+    for n in ["web", "stale", "live"]:
+        kube.create(terraform_object(kind, ns, n))
+    kube.create(lock_lease(ns, kind, "web", lock_info=lock_info_doc("alice@laptop", created=old, lock_id="lock-web-1")))
+    kube.create(lock_lease(ns, kind, "stale", who=f"@{runner_pod_name(kind, 'stale', 'apply', 3)}"))
+    p_live = runner_pod_name(kind, "live")
+    kube.create(pod(ns, p_live, "Running", kind=kind, owner="live"))
+    kube.create(lock_lease(ns, kind, "live", who=f"@{p_live}"))

@@ -269,6 +269,22 @@ class ControlPlane:
         finally:
             s.close()
 
+    def wait_other_ready(self, b: KubeApiserver, what: str, timeout: float = 90.0) -> None:
+        """Waits until another kube-apiserver ``b`` with this plane's certificates and admin token
+        answers /readyz; raises when ``b`` exits."""
+        probe = Kube(b.url, self.admin_token, self.ca_file)
+
+        def ready() -> bool:
+            b.check_alive()
+            try:
+                return probe.get("/readyz").status_code == 200
+            except requests.RequestException:
+                return False  # not listening yet
+        try:
+            wait_for(ready, timeout, f"{what} /readyz", interval=0.2)
+        finally:
+            probe.close()
+
     def stop_apiserver(self) -> None:
         if self.apiserver is not None:
             self.apiserver.stop()

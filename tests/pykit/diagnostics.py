@@ -6,6 +6,8 @@ A source is a callable returning ``(title, text)`` pairs, evaluated only if the 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 Section = tuple[str, str]
@@ -29,3 +31,20 @@ def log_section(proc: Any, tail: int) -> Section:
     state = "running" if rc is None else f"exited with {rc}"
     return (f"{proc.name} log {proc.log_path} (last {min(tail, len(lines))} of {len(lines)} lines; "
             f"process {state})", "\n".join(lines[-tail:]))
+
+
+def report_measurements(terminalreporter: Any, suite: str, report: dict[str, Any], out: Path,
+                        hide: Iterable[str] = ()) -> None:
+    """``report`` as the "<suite> measurements" section of pytest's summary (but the keys in
+    ``hide``), and whole as JSON in ``out``."""
+    hidden = set(hide)
+    terminalreporter.section(f"{suite} measurements")
+    for k, v in report.items():
+        if k not in hidden:
+            terminalreporter.write_line(f"{k}: {json.dumps(v)}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        terminalreporter.write_line(f"(written to {out})")
+    except OSError as e:
+        terminalreporter.write_line(f"could not write {out}: {e}")

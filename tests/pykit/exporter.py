@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -161,6 +162,33 @@ class Exporter(ManagedProcess):
                 except ValueError:
                     pass
         return out
+
+
+def run_cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess:
+    """One command of the binary (``locks``, ``explain``...) with ``kubeconfig``, in an environment
+    cleared of Kubernetes and exporter settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_"))
+           and k != "KUBECONFIG"}
+    return subprocess.run([exporter_bin(), "--kubeconfig", str(kubeconfig), *args], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def start_healthy(make: Callable[[], Exporter], started: list[Exporter], attempts: int = 3) -> Exporter:
+    """``make()`` started until it answers /healthz, every process kept in ``started`` (for the
+    teardown). The free port found a moment ago may have been taken since: a bind error retires the
+    process and starts another; any other death raises."""
+    for attempt in range(attempts):
+        exp = make()
+        started.append(exp)
+        exp.start()
+        try:
+            exp.wait_healthy()
+            return exp
+        except ExporterDied:
+            if attempt == attempts - 1 or "in use" not in exp.log_text().lower():
+                raise
+            exp.retired = True
+    raise ValueError(f"attempts must be at least 1, not {attempts}")
 
 
 def wait_metric(exporter: Exporter, predicate: Callable[[Metrics], Any], timeout: float, what: str) -> Metrics:

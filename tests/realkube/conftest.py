@@ -10,7 +10,6 @@ Environment:
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import re
 import threading
@@ -23,10 +22,10 @@ import pytest
 
 from pykit.chart import RBAC_KINDS, Install, install_chart, render_chart  # noqa: F401 (used by the tests)
 from pykit.controlplane import ROOT, ControlPlane, Kube, rss_kib
-from pykit.diagnostics import log_section, on_failure
-from pykit.exporter import Exporter, ExporterDied, exporter_bin, wait_metric
+from pykit.diagnostics import log_section, on_failure, report_measurements
+from pykit.exporter import Exporter, ExporterDied, exporter_bin, start_healthy, wait_metric
 
-pytest_plugins = ("pykit.pytest_hooks",)
+pytest_plugins = ("pykit.pytest_hooks", "pykit.control_plane_fixtures")
 
 os.environ.setdefault("EXPORTER_BIN", str(ROOT / "target" / "release" / "captf-lock-exporter"))
 
@@ -84,18 +83,6 @@ def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
         REPORT["audit_log_MiB"] = round(plane.apiserver.audit_log.stat().st_size / 2**20, 1)
     finally:
         plane.stop()
-
-
-@pytest.fixture(scope="session")
-def kube(cp: ControlPlane) -> Kube:
-    assert cp.kube is not None
-    return cp.kube
-
-
-@pytest.fixture(scope="session")
-def install(kube: Kube) -> Install:
-    """The chart's default install: ServiceAccount, ClusterRole, ClusterRoleBinding."""
-    return install_chart(kube, {})
 
 
 _ns_counter = itertools.count(1)
@@ -160,19 +147,9 @@ def start_exporter(cp: ControlPlane, install: Install, tmp_path: Path,
         """``secure``: HTTPS with Kubernetes authentication (the production default), scraped
         with ``scrape_token`` and the certificate verified with ``ca`` (None: not verified)."""
         kc = cp.kubeconfig(tmp_path / f"kubeconfig-{len(started)}", token or install.token)
-        for attempt in range(3):
-            exp = Exporter(exporter_bin(), kc, tmp_path / f"exporter-{len(started)}.log", extra_args,
-                           log_level="info,captf_lock_exporter=debug", secure=secure,
-                           token=scrape_token, ca=ca)
-            started.append(exp)
-            exp.start()
-            try:
-                exp.wait_healthy()
-                break
-            except ExporterDied:
-                if attempt == 2 or "in use" not in exp.log_text().lower():
-                    raise
-                exp.retired = True
+        exp = start_healthy(lambda: Exporter(exporter_bin(), kc, tmp_path / f"exporter-{len(started)}.log",
+                                             extra_args, log_level="info,captf_lock_exporter=debug",
+                                             secure=secure, token=scrape_token, ca=ca), started)
         if wait_up:
             wait_all_up(exp, resources=resources)
         return exp
@@ -208,13 +185,5 @@ def audit_summary(cp: ControlPlane, user: str, since: float | None = None) -> di
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if not REPORT:
         return
-    terminalreporter.section("realkube measurements")
-    for k, v in REPORT.items():
-        terminalreporter.write_line(f"{k}: {json.dumps(v)}")
     out = Path(os.environ.get("REALKUBE_REPORT", ROOT / "target" / "realkube-report.json"))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(REPORT, indent=2) + "\n")
-        terminalreporter.write_line(f"(written to {out})")
-    except OSError as e:
-        terminalreporter.write_line(f"could not write {out}: {e}")
+    report_measurements(terminalreporter, "realkube", REPORT, out)

@@ -17,14 +17,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import requests
 import yaml
 
 from pykit.builders import lease_name, lock_lease, state_suffix, terraform_object
 from pykit.controlplane import ControlPlane, KubeApiserver, Kube, client_certificate
 from pykit.diagnostics import log_section, on_failure
 from pykit.exporter import E, Exporter, exporter_bin, wait_metric, wait_samples
-from pykit.net import wait_for
 from pykit.tcpproxy import TcpProxy, host_port
 
 from conftest import REPORT, Install, wait_all_up
@@ -111,16 +109,7 @@ def test_hung_api_back_while_old_connections_stay_silent(cp: ControlPlane, kube:
     target = host_port(cp.url)
     if protocol == "http1.1":
         b = second_apiserver(cp, tmp_path / "apiserver-http1", ["--disable-http2-serving"])
-        probe = Kube(b.url, cp.admin_token, cp.ca_file)
-
-        def ready() -> bool:
-            b.check_alive()
-            try:
-                return probe.get("/readyz").status_code == 200
-            except requests.RequestException:
-                return False
-        wait_for(ready, 90, "the HTTP/1.1-only kube-apiserver /readyz", interval=0.2)
-        probe.close()
+        cp.wait_other_ready(b, "the HTTP/1.1-only kube-apiserver")
         target = host_port(b.url)
     proxy = TcpProxy(target).start()
     try:
@@ -170,15 +159,7 @@ def test_failover_between_two_apiservers(cp: ControlPlane, kube: Kube, install: 
     lease = locked(kube, ns, "web")
     b = second_apiserver(cp, tmp_path / "apiserver-b")
     try:
-        probe = Kube(b.url, cp.admin_token, cp.ca_file)
-
-        def ready() -> bool:
-            b.check_alive()
-            try:
-                return probe.get("/readyz").status_code == 200
-            except requests.RequestException:
-                return False  # not listening yet
-        wait_for(ready, 90, "the second kube-apiserver /readyz", interval=0.2)
+        cp.wait_other_ready(b, "the second kube-apiserver")
         exp = run(kubeconfig(cp, tmp_path / "kc", f"https://{proxy.address}", {"token": install.token}))
         wait_samples(exp, [held(ns, "web", 1)], 30, "the lock seen")
         # The load balancer fails over: new connections go to B, the old ones to A stay half-open.
@@ -191,7 +172,6 @@ def test_failover_between_two_apiservers(cp: ControlPlane, kube: Kube, install: 
         REPORT["failover_release_seen_s"] = round(took, 1)
         print(f"failover: a release shows {took:.1f} s after the switch")
         assert took < 60, took
-        probe.close()
     finally:
         b.stop()
 

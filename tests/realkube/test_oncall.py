@@ -3,37 +3,20 @@ cluster's CA.  The chart grants no Secrets, so explain's image lookup meets a re
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
-import subprocess
 import time
 from pathlib import Path
 
-from pykit.builders import lock_info_doc, lock_lease, now_utc, pod, runner_pod_name, state_suffix, terraform_object
+from pykit.builders import create_oncall_locks, state_suffix
 from pykit.controlplane import ControlPlane, Kube
-from pykit.exporter import exporter_bin
+from pykit.exporter import run_cli
 
 M = "TerraformMachine"
 
 
-def run_cli(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_"))
-           and k != "KUBECONFIG"}
-    return subprocess.run([exporter_bin(), "--kubeconfig", str(kubeconfig), *args], capture_output=True,
-                          text=True, timeout=60, env=env)
-
-
 def test_locks_and_explain_through_a_real_kubeconfig(cp: ControlPlane, kube: Kube, ns: str, install,
                                                      tmp_path: Path) -> None:
-    old = now_utc() - dt.timedelta(seconds=900)
-    for n in ["web", "stale", "live"]:
-        kube.create(terraform_object(M, ns, n))
-    kube.create(lock_lease(ns, M, "web", lock_info=lock_info_doc("alice@laptop", created=old, lock_id="lock-web-1")))
-    kube.create(lock_lease(ns, M, "stale", who=f"@{runner_pod_name(M, 'stale', 'apply', 3)}"))
-    p_live = runner_pod_name(M, "live")
-    kube.create(pod(ns, p_live, "Running", kind=M, owner="live"))
-    kube.create(lock_lease(ns, M, "live", who=f"@{p_live}"))
+    create_oncall_locks(kube, ns, M)
     kc = cp.kubeconfig(tmp_path / "kubeconfig", install.token, namespace=ns)
     since = time.time() - 1
 

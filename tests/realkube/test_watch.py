@@ -146,7 +146,6 @@ def test_a_server_with_watch_list_off_is_listed_in_pages(cp: ControlPlane, kube:
     watch-list (422): every watch lists in pages, said once in the log, counted as mode=paged."""
     from test_network import kubeconfig, second_apiserver
     from pykit.exporter import Exporter as Exp, exporter_bin
-    from pykit.net import wait_for
     kube.create(terraform_object(M, ns, "web"))
     kube.create(lock_lease(ns, M, "web", who="alice@laptop"))
     try:
@@ -154,16 +153,8 @@ def test_a_server_with_watch_list_off_is_listed_in_pages(cp: ControlPlane, kube:
     except Exception as e:  # a version where the gate is locked on refuses the flag and exits
         pytest.skip(f"kube-apiserver {KUBE_VERSION} does not start with WatchList=false: {e}")
     try:
-        probe = Kube(b.url, cp.admin_token, cp.ca_file)
-
-        def ready() -> bool:
-            b.check_alive()
-            try:
-                return probe.get("/readyz").status_code == 200
-            except requests.RequestException:
-                return False
         try:
-            wait_for(ready, 90, "kube-apiserver with WatchList=false /readyz", interval=0.2)
+            cp.wait_other_ready(b, "kube-apiserver with WatchList=false")
         except Exception as e:
             if b.returncode() is not None:
                 pytest.skip(f"kube-apiserver {KUBE_VERSION} does not run with WatchList=false: {b.log_text()[-400:]}")
@@ -184,7 +175,6 @@ def test_a_server_with_watch_list_off_is_listed_in_pages(cp: ControlPlane, kube:
                                                  "log": logs[0].get("fields", logs[0])}
         finally:
             exp.stop()
-        probe.close()
     finally:
         b.stop()
 

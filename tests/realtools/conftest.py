@@ -12,7 +12,6 @@ Environment:
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import re
 import time
@@ -23,17 +22,16 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from pykit.chart import Install, install_chart
+from pykit.chart import Install
 from pykit.controlplane import ROOT, ControlPlane, Kube
-from pykit.diagnostics import log_section, on_failure
+from pykit.diagnostics import log_section, on_failure, report_measurements
 from pykit.exporter import Exporter, exporter_bin, wait_metric
 from pykit.realtools import IacTool, Shell, tool_binaries
 
-pytest_plugins = ("pykit.pytest_hooks",)
+pytest_plugins = ("pykit.pytest_hooks", "pykit.control_plane_fixtures")
 
 os.environ.setdefault("EXPORTER_BIN", str(ROOT / "target" / "release" / "captf-lock-exporter"))
 
-CRDS = ROOT / "tests" / "crds"
 TOOLS = tuple(os.environ.get("REALTOOLS_TOOLS", "tofu").split())
 RESOURCES = ("leases", "pods", "events", "terraformclusters", "terraformmachines", "terraformmachinepools",
              "terraformplans", "clusters")
@@ -54,29 +52,6 @@ def runbook_oncall_role() -> dict[str, Any]:
     role = yaml.safe_load(m.group(1))
     assert role["kind"] == "Role", role
     return role
-
-
-@pytest.fixture(scope="session")
-def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = ControlPlane(tmp_path_factory.mktemp("controlplane"))
-    try:
-        plane.start()
-        plane.kube.apply_crds([CRDS / "terraform.yaml", CRDS / "capi-cluster.yaml"])
-        yield plane
-    finally:
-        plane.stop()
-
-
-@pytest.fixture(scope="session")
-def kube(cp: ControlPlane) -> Kube:
-    assert cp.kube is not None
-    return cp.kube
-
-
-@pytest.fixture(scope="session")
-def install(kube: Kube) -> Install:
-    """The chart's default install: the exporter's ServiceAccount, ClusterRole and binding."""
-    return install_chart(kube, {})
 
 
 @pytest.fixture(scope="session")
@@ -172,13 +147,5 @@ def start_exporter(install: Install, cp: ControlPlane, tmp_path: Path,
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if not REPORT["releases"] and not REPORT["commands"]:
         return
-    terminalreporter.section("realtools measurements")
-    for k, v in REPORT.items():
-        terminalreporter.write_line(f"{k}: {json.dumps(v)}")
     out = Path(os.environ.get("REALTOOLS_REPORT", ROOT / "target" / "realtools-report.json"))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(REPORT, indent=2) + "\n")
-        terminalreporter.write_line(f"(written to {out})")
-    except OSError as e:
-        terminalreporter.write_line(f"could not write {out}: {e}")
+    report_measurements(terminalreporter, "realtools", REPORT, out)

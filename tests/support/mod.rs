@@ -279,6 +279,7 @@ pub fn tokio_stream(
 pub const LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
 pub const PODS: &str = "/api/v1/pods";
 pub const MACHINES: &str = "/apis/infrastructure.cluster.x-k8s.io/v1alpha1/terraformmachines";
+pub const EVENTS: &str = "/apis/events.k8s.io/v1/events";
 
 pub fn start(api: &FakeApi) -> Arc<Shared> {
     start_with_context(api).0
@@ -380,6 +381,37 @@ pub async fn wait_for(
     shared: &Arc<Shared>,
     what: &str,
     secs: u64,
+    cond: impl FnMut(&str) -> bool,
+) -> String {
+    poll(shared, what, secs, Duration::from_millis(20), cond).await
+}
+
+/// [`wait_for`], with every scrape on the way still showing the foreign
+/// lock `kept` (a relist replaces the index content at its end, it never
+/// empties it first); scraped more often, to catch a short gap.
+pub async fn wait_keeping(
+    shared: &Arc<Shared>,
+    kept: &str,
+    what: &str,
+    secs: u64,
+    mut cond: impl FnMut(&str) -> bool,
+) -> String {
+    let every = Duration::from_millis(5);
+    poll(shared, what, secs, every, |text| {
+        assert!(
+            has_lock(text, kept, "foreign"),
+            "lock {kept} vanished while waiting for {what}:\n{text}"
+        );
+        cond(text)
+    })
+    .await
+}
+
+async fn poll(
+    shared: &Arc<Shared>,
+    what: &str,
+    secs: u64,
+    every: Duration,
     mut cond: impl FnMut(&str) -> bool,
 ) -> String {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -392,7 +424,7 @@ pub async fn wait_for(
             Instant::now() < deadline,
             "timed out waiting for {what}; last scrape:\n{text}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -409,6 +441,48 @@ pub fn value(text: &str, series_prefix: &str) -> Option<f64> {
         .find(|l| l.starts_with(series_prefix))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// A list of Leases, each `(machine, who, resourceVersion)` held by `who`,
+/// at the list's `resourceVersion`.
+pub fn held_leases(locks: &[(&str, &str, u32)], rv: u32) -> Reply {
+    let items = locks
+        .iter()
+        .map(|&(machine, who, item_rv)| lease(machine, Some(who), item_rv))
+        .collect();
+    Reply::Json(200, list(items, rv))
+}
+
+/// A watch that stays open and sends nothing.
+pub fn open_watch() -> Reply {
+    Reply::Watch(vec![], true)
+}
+
+/// Nothing to serve: an empty list, or a watch that stays open and sends
+/// nothing.
+pub fn empty(is_watch: bool) -> Reply {
+    if is_watch {
+        open_watch()
+    } else {
+        Reply::Json(200, list(vec![], 1))
+    }
+}
+
+/// The event that ends a watch whose resourceVersion is too old (410).
+pub fn expired() -> Value {
+    json!({"type": "ERROR", "object": status(410, "Expired")})
+}
+
+/// `captf_lock_exporter_watch_errors_total` of the Leases watch for
+/// `reason` (0 when the series is absent).
+pub fn leases_errors(text: &str, reason: &str) -> f64 {
+    value(
+        text,
+        &format!(
+            "captf_lock_exporter_watch_errors_total{{resource=\"leases\",reason=\"{reason}\"}}"
+        ),
+    )
+    .unwrap_or(0.0)
 }
 
 /// Everything not scripted is a resource that is not served.

@@ -26,6 +26,16 @@ pub struct Ttl {
     pub fallback: Duration,
 }
 
+impl Ttl {
+    /// `fresh` and `fallback` in whole seconds.
+    pub const fn secs(fresh: u64, fallback: u64) -> Ttl {
+        Ttl {
+            fresh: Duration::from_secs(fresh),
+            fallback: Duration::from_secs(fallback),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Entry<V> {
     value: V,

@@ -63,22 +63,10 @@ const FALLBACK_PATH: &str = "/metrics";
 /// A positive answer may stand in for ten more minutes while the API server
 /// does not answer, for [`FALLBACK_PATH`] only, so an API outage does not
 /// also blind the scrapes that would report it; a refusal never stands in.
-const TOKEN_TTL: Ttl = Ttl {
-    fresh: Duration::from_secs(60),
-    fallback: Duration::from_secs(600),
-};
-const REJECTED_TTL: Ttl = Ttl {
-    fresh: Duration::from_secs(10),
-    fallback: Duration::ZERO,
-};
-const ALLOWED_TTL: Ttl = Ttl {
-    fresh: Duration::from_secs(300),
-    fallback: Duration::from_secs(600),
-};
-const DENIED_TTL: Ttl = Ttl {
-    fresh: Duration::from_secs(30),
-    fallback: Duration::ZERO,
-};
+const TOKEN_TTL: Ttl = Ttl::secs(60, 600);
+const REJECTED_TTL: Ttl = Ttl::secs(10, 0);
+const ALLOWED_TTL: Ttl = Ttl::secs(300, 600);
+const DENIED_TTL: Ttl = Ttl::secs(30, 0);
 
 /// Answers held per cache.
 const CACHE_CAPACITY: usize = 1024;
@@ -163,7 +151,10 @@ impl Guard {
         if is_open(path) {
             return Ok(());
         }
-        let decision = reviews.decide(health, method, path, authorization).await;
+        let decision = match bearer(authorization) {
+            Ok(token) => reviews.decide(health, token, &verb(method), path).await,
+            Err(refusal) => Err(refusal),
+        };
         health.on_auth(match &decision {
             Ok(()) => AuthResult::Allowed,
             Err(Refusal::Unauthenticated(_)) => AuthResult::Unauthenticated,
@@ -249,14 +240,15 @@ impl From<CallError> for Refusal {
 }
 
 impl Reviews {
+    /// Whether the bearer of `token` may `verb` `path`: the API server's
+    /// reviews, through the caches.
     async fn decide(
         &self,
         health: &Arc<Health>,
-        method: &Method,
+        token: &str,
+        verb: &str,
         path: &str,
-        authorization: Option<&HeaderValue>,
     ) -> Result<(), Refusal> {
-        let token = bearer(authorization)?;
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         // An older answer stands in only for the scrape, and only when the
         // API server did not answer: never for a full local queue or a
@@ -289,16 +281,15 @@ impl Reviews {
                 ))
             }
         };
-        let verb = verb(method);
         let allowed = self
             .access
             .get(
-                &access_key(&user, &verb, path),
+                &access_key(&user, verb, path),
                 |ok| if *ok { ALLOWED_TTL } else { DENIED_TTL },
                 may_fall_back,
                 || {
                     let reviewer = self.reviewer.clone();
-                    let (user, verb, path) = (user.clone(), verb.clone(), path.to_owned());
+                    let (user, verb, path) = (user.clone(), verb.to_owned(), path.to_owned());
                     self.call(health, Review::Access, async move {
                         reviewer.access(&user, &verb, &path).await
                     })

@@ -60,17 +60,15 @@ pub struct ReviewError {
     pub message: String,
 }
 
+/// A review's answer, once the API server (or the tests' fake) gives it.
+pub type Answer<'a, T> = BoxFuture<'a, Result<T, ReviewError>>;
+
 /// Asks the API server; the tests' fake answers from a table.
 pub trait Reviewer: Send + Sync {
     /// Who holds `token`.
-    fn token<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Identity, ReviewError>>;
+    fn token<'a>(&'a self, token: &'a str) -> Answer<'a, Identity>;
     /// Whether `user` may `verb` the non-resource URL `path`.
-    fn access<'a>(
-        &'a self,
-        user: &'a User,
-        verb: &'a str,
-        path: &'a str,
-    ) -> BoxFuture<'a, Result<bool, ReviewError>>;
+    fn access<'a>(&'a self, user: &'a User, verb: &'a str, path: &'a str) -> Answer<'a, bool>;
 }
 
 /// [`Reviewer`] over the exporter's own client. The guard bounds each
@@ -149,7 +147,7 @@ fn describe(err: &kube::Error) -> String {
 }
 
 impl Reviewer for KubeReviewer {
-    fn token<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Identity, ReviewError>> {
+    fn token<'a>(&'a self, token: &'a str) -> Answer<'a, Identity> {
         Box::pin(async move {
             let review = TokenReview {
                 spec: TokenReviewSpec {
@@ -173,12 +171,7 @@ impl Reviewer for KubeReviewer {
         })
     }
 
-    fn access<'a>(
-        &'a self,
-        user: &'a User,
-        verb: &'a str,
-        path: &'a str,
-    ) -> BoxFuture<'a, Result<bool, ReviewError>> {
+    fn access<'a>(&'a self, user: &'a User, verb: &'a str, path: &'a str) -> Answer<'a, bool> {
         Box::pin(async move {
             let review = SubjectAccessReview {
                 spec: SubjectAccessReviewSpec {

@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::review::Answer;
 use super::*;
 use crate::health::Outcome;
 
@@ -35,7 +36,7 @@ impl Fake {
 }
 
 impl Reviewer for Fake {
-    fn token<'a>(&'a self, token: &'a str) -> BoxFuture<'a, Result<Identity, ReviewError>> {
+    fn token<'a>(&'a self, token: &'a str) -> Answer<'a, Identity> {
         Box::pin(async move {
             self.token_calls.fetch_add(1, Ordering::SeqCst);
             if let Some(err) = self.failure("TokenReview") {
@@ -57,12 +58,7 @@ impl Reviewer for Fake {
         })
     }
 
-    fn access<'a>(
-        &'a self,
-        user: &'a User,
-        verb: &'a str,
-        path: &'a str,
-    ) -> BoxFuture<'a, Result<bool, ReviewError>> {
+    fn access<'a>(&'a self, user: &'a User, verb: &'a str, path: &'a str) -> Answer<'a, bool> {
         Box::pin(async move {
             self.access_calls.fetch_add(1, Ordering::SeqCst);
             if let Some(err) = self.failure("SubjectAccessReview") {
@@ -76,8 +72,6 @@ impl Reviewer for Fake {
         })
     }
 }
-
-use futures::future::BoxFuture;
 
 fn header(v: &str) -> HeaderValue {
     HeaderValue::from_str(v).unwrap_or_else(|e| panic!("{e}"))
@@ -263,7 +257,7 @@ impl SlowApi {
 }
 
 impl Reviewer for SlowApi {
-    fn token<'a>(&'a self, _token: &'a str) -> BoxFuture<'a, Result<Identity, ReviewError>> {
+    fn token<'a>(&'a self, _token: &'a str) -> Answer<'a, Identity> {
         Box::pin(async move {
             // Sent when first polled.
             let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
@@ -277,12 +271,7 @@ impl Reviewer for SlowApi {
         })
     }
 
-    fn access<'a>(
-        &'a self,
-        _user: &'a User,
-        _verb: &'a str,
-        _path: &'a str,
-    ) -> BoxFuture<'a, Result<bool, ReviewError>> {
+    fn access<'a>(&'a self, _user: &'a User, _verb: &'a str, _path: &'a str) -> Answer<'a, bool> {
         Box::pin(async { Ok(false) })
     }
 }
