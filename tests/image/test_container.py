@@ -16,7 +16,7 @@ import requests
 
 from conftest import REPORT, Pod, binding_secret, elapsed_since, jwt_claims, token_request
 from pykit.builders import lock_lease, runner_pod_name, terraform_object
-from pykit.controlplane import ControlPlane, Kube, _ts
+from pykit.controlplane import ControlPlane, Kube, audit_time
 from pykit.exporter import E, wait_samples
 from pykit.net import wait_for
 from realkube.test_classes import EXPECTED_CLASSES, M, build_class_scenario, class_expectations
@@ -178,14 +178,14 @@ def test_rotated_token_is_taken_through_the_symlink_swap(pod: Pod, cp: ControlPl
     names = {f"JTI={old_jti}": "old token", f"JTI={new_jti}": "new token"}
     REPORT["token_rotation"] = {names.get(k, k): {"requests": len(v), "codes": sorted(set(v))}
                                 for k, v in after.items()}
-    first_new = min(_ts(r["requestReceivedTimestamp"]) for r in _exporter_requests(cp, user, swapped)
+    first_new = min(audit_time(r["requestReceivedTimestamp"]) for r in _exporter_requests(cp, user, swapped)
                     if _jti(r) == f"JTI={new_jti}")
     REPORT["first_request_with_new_token_after_swap_s"] = round(first_new - swapped, 2)
     assert first_new < claims["exp"], "the new token was first used after the old one expired"
     # a refused token authenticates nobody: look for 401s of any user, the probe's left out
     unauthorized = [(e["requestURI"], e.get("userAgent")) for e in cp.audit_events()
                     if e.get("stage") == "ResponseComplete" and (e.get("responseStatus") or {}).get("code") == 401
-                    and _ts(e["requestReceivedTimestamp"]) >= swapped and e.get("userAgent") != PROBE_AGENT]
+                    and audit_time(e["requestReceivedTimestamp"]) >= swapped and e.get("userAgent") != PROBE_AGENT]
     assert not unauthorized, f"401 after the swap: {unauthorized}"
     # a request sent just before the swap may arrive just after it; from 1 s on, only the new token
     late = {k: v for k, v in _credential_ids(cp, user, swapped + 1).items() if k != f"JTI={new_jti}"}

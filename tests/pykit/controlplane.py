@@ -344,7 +344,7 @@ class ControlPlane:
         for ev in self.audit_events():
             if ev.get("user", {}).get("username") != user:
                 continue
-            if since is not None and _ts(ev["requestReceivedTimestamp"]) < since:
+            if since is not None and audit_time(ev["requestReceivedTimestamp"]) < since:
                 continue
             prev = by_id.get(ev["auditID"])
             if prev is None or ev["stage"] == "ResponseComplete":
@@ -365,7 +365,8 @@ class ControlPlane:
         return path
 
 
-def _ts(s: str) -> float:
+def audit_time(s: str) -> float:
+    """An audit event's RFC 3339 timestamp as Unix seconds."""
     return dt.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 

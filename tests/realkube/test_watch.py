@@ -22,7 +22,7 @@ import requests
 from conftest import REPORT, RESOURCES, wait_all_up
 from pykit.net import wait_for
 from pykit.builders import lease, lease_name, lock_lease, pod, runner_pod_name, state_suffix, terraform_object
-from pykit.controlplane import KUBE_MINOR, KUBE_VERSION, ControlPlane, Kube
+from pykit.controlplane import KUBE_MINOR, KUBE_VERSION, ControlPlane, Kube, audit_time
 from pykit.exporter import E, Exporter, Metrics, wait_metric, wait_samples
 
 M = "TerraformMachine"
@@ -198,7 +198,7 @@ def test_an_exporter_at_rest_makes_no_request(cp: ControlPlane, kube: Kube, ns: 
 
     def quiet() -> bool:
         last = cp.requests_of(install.user, time.time() - 60)
-        return not last or time.time() - _ts(last[-1]["requestReceivedTimestamp"]) >= 10
+        return not last or time.time() - audit_time(last[-1]["requestReceivedTimestamp"]) >= 10
 
     wait_for(quiet, 90, "the exporter's start-up requests to end")
     m0 = exp.scrape()
