@@ -90,12 +90,10 @@ fn object(
     cluster: Option<ClusterPolicies>,
 ) -> Change {
     let obj = TfObject {
-        kind,
-        name: name.into(),
         cluster_label: label.map(Into::into),
         jobs,
         cluster,
-        captf: Default::default(),
+        ..TfObject::new(kind, name)
     };
     let key = (kind, ObjectKey::new(ns, name));
     Box::new(move |ix, now| ix.apply(key, obj, now))

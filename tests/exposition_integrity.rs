@@ -5,23 +5,13 @@
 use std::collections::HashMap;
 
 use captf_lock_exporter::core::kind::Kind;
-use captf_lock_exporter::core::lockinfo::LockInfo;
 use captf_lock_exporter::core::suffix::{lock_lease_name, state_suffix};
+use captf_lock_exporter::index::fixtures::lock_info;
 use captf_lock_exporter::index::{Effects, Index, IndexResource, LockLease, ObjectKey, TfObject};
 use captf_lock_exporter::metrics::{render, Format};
 use captf_lock_exporter::shared::Shared;
 
 const NS: &str = "ns1";
-
-fn info(who: &str) -> LockInfo {
-    LockInfo {
-        id: "id-1".into(),
-        operation: "OperationTypeApply".into(),
-        who: who.into(),
-        version: "1.9.0".into(),
-        created: None,
-    }
-}
 
 /// A held lock Lease of any suffix and owner labels, held by `who`.
 fn lease(
@@ -36,7 +26,7 @@ fn lease(
         kind,
         name.map(Into::into),
         "id-x".into(),
-        Ok(Some(info(who))),
+        Ok(Some(lock_info(who))),
     );
     (ObjectKey::new(NS, lock_lease_name(suffix)), l)
 }
@@ -48,14 +38,7 @@ fn own_lease(kind: Kind, name: &str, who: &str) -> (ObjectKey, LockLease) {
 }
 
 fn machine(name: &str) -> ((Kind, ObjectKey), TfObject) {
-    let obj = TfObject {
-        kind: Kind::TerraformMachine,
-        name: name.into(),
-        cluster_label: None,
-        jobs: None,
-        cluster: None,
-        captf: Default::default(),
-    };
+    let obj = TfObject::new(Kind::TerraformMachine, name);
     ((obj.kind, ObjectKey::new(NS, name)), obj)
 }
 

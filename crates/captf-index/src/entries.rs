@@ -302,6 +302,21 @@ pub struct TfObject {
     pub captf: CaptfStatus,
 }
 
+impl TfObject {
+    /// An object with no labels, no policies and no status (what an object
+    /// created without a `spec.jobs` looks like).
+    pub fn new(kind: Kind, name: impl Into<String>) -> Self {
+        TfObject {
+            kind,
+            name: name.into(),
+            cluster_label: None,
+            jobs: None,
+            cluster: None,
+            captf: CaptfStatus::default(),
+        }
+    }
+}
+
 /// What a Terraform* object's status says about its lock: CAPTF's own
 /// verdict and whether it is looking at all.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -3,10 +3,21 @@
 //! made once.
 
 use captf_core::kind::Kind;
-use captf_core::lockinfo::parse_lock_info;
+use captf_core::lockinfo::{parse_lock_info, LockInfo};
 use captf_core::suffix::{lock_lease_name, state_suffix};
 
 use super::{LockLease, ObjectKey};
+
+/// lock-info of an apply held by `who`, lock ID `id-1`, no creation time.
+pub fn lock_info(who: &str) -> LockInfo {
+    LockInfo {
+        id: "id-1".into(),
+        operation: "OperationTypeApply".into(),
+        who: who.into(),
+        version: "1.9.0".into(),
+        created: None,
+    }
+}
 
 /// The lock Lease of TerraformMachine `ns/<name>`, held by a workstation
 /// (`<who>`, a foreign holder) since `created` (RFC 3339), with its key.

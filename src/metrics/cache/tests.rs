@@ -13,14 +13,7 @@ use crate::index::{IndexResource, LockLease, ObjectKey, TfObject};
 use futures::FutureExt;
 
 fn object(shared: &Shared, name: &str) {
-    let obj = TfObject {
-        kind: Kind::TerraformMachine,
-        name: name.into(),
-        cluster_label: None,
-        jobs: None,
-        cluster: None,
-        captf: Default::default(),
-    };
+    let obj = TfObject::new(Kind::TerraformMachine, name);
     shared.update(|ix, now| ix.apply((obj.kind, ObjectKey::new("ns", name)), obj, now));
 }
 

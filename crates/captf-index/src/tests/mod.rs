@@ -205,13 +205,7 @@ fn t0() -> SystemTime {
 }
 
 fn info(who: &str) -> LockInfo {
-    LockInfo {
-        id: "id-1".into(),
-        operation: "OperationTypeApply".into(),
-        who: who.into(),
-        version: "1.9.0".into(),
-        created: None,
-    }
+    crate::fixtures::lock_info(who)
 }
 
 fn lease_change(kind: Kind, name: &str, held: Option<LockInfo>) -> Change {
@@ -243,12 +237,10 @@ fn object(
     cluster: Option<ClusterPolicies>,
 ) -> Change {
     let obj = TfObject {
-        kind,
-        name: name.into(),
         cluster_label: label.map(Into::into),
         jobs,
         cluster,
-        captf: Default::default(),
+        ..TfObject::new(kind, name)
     };
     Change {
         key: (NS.into(), name.into()),
