@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use captf_lock_exporter::core::kind::Kind;
-use captf_lock_exporter::core::suffix::{lock_lease_name, state_suffix};
-use captf_lock_exporter::index::fixtures::lock_info;
+use captf_lock_exporter::core::suffix::state_suffix;
+use captf_lock_exporter::index::fixtures::held_lease;
 use captf_lock_exporter::index::{Effects, Index, IndexResource, LockLease, ObjectKey, TfObject};
 use captf_lock_exporter::metrics::{render, Format};
 use captf_lock_exporter::shared::Shared;
@@ -20,15 +20,7 @@ fn lease(
     name: Option<&str>,
     who: &str,
 ) -> (ObjectKey, LockLease) {
-    let l = LockLease::new(
-        NS.into(),
-        suffix.into(),
-        kind,
-        name.map(Into::into),
-        "id-x".into(),
-        Ok(Some(lock_info(who))),
-    );
-    (ObjectKey::new(NS, lock_lease_name(suffix)), l)
+    held_lease(NS, suffix, kind, name, who)
 }
 
 /// The lock Lease CAPTF writes for (kind, name), held by `who`.

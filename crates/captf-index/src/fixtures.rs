@@ -19,6 +19,26 @@ pub fn lock_info(who: &str) -> LockInfo {
     }
 }
 
+/// A lock Lease in `ns` of any suffix and owner labels, held by `who`
+/// (holder `id-x`), with its key.
+pub fn held_lease(
+    ns: &str,
+    suffix: &str,
+    kind: Option<&str>,
+    name: Option<&str>,
+    who: &str,
+) -> (ObjectKey, LockLease) {
+    let l = LockLease::new(
+        ns.into(),
+        suffix.into(),
+        kind,
+        name.map(Into::into),
+        "id-x".into(),
+        Ok(Some(lock_info(who))),
+    );
+    (ObjectKey::new(ns, lock_lease_name(suffix)), l)
+}
+
 /// The lock Lease of TerraformMachine `ns/<name>`, held by a workstation
 /// (`<who>`, a foreign holder) since `created` (RFC 3339), with its key.
 pub fn workstation_lock(name: &str, who: &str, created: &str) -> (ObjectKey, LockLease) {

@@ -318,16 +318,9 @@ fn web_locked_by_own_pod(pod_finished: Option<bool>) -> (Index, Effects) {
 
 /// A held lock Lease of any suffix and owner labels, held by `who`.
 fn raw_lease(suffix: &str, kind: Option<&str>, name: Option<&str>, who: &str) -> Change {
-    let l = LockLease::new(
-        NS.into(),
-        suffix.into(),
-        kind,
-        name.map(Into::into),
-        "id-x".into(),
-        Ok(Some(info(who))),
-    );
+    let (key, l) = crate::fixtures::held_lease(NS, suffix, kind, name, who);
     Change {
-        key: (NS.into(), lock_lease_name(suffix)),
+        key: (key.namespace, key.name),
         entry: Some(Entry::Lease(l)),
     }
 }
