@@ -90,11 +90,6 @@ pub(super) struct Counters {
     pub(super) tls_reloads: Family<OutcomeLabels, Counter>,
 }
 
-/// Reads one counter; 0 when its series was never touched.
-pub(super) fn value<L: Clone + Hash + Eq>(family: &Family<L, Counter>, labels: &L) -> u64 {
-    family.get(labels).map_or(0, |c| c.get())
-}
-
 /// A counter family encoded over a closed list of label sets, in that
 /// order, each at 0 until counted. A registered `Family` alone would encode
 /// only the series touched so far, in hash-map order, which differs from

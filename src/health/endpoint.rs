@@ -7,7 +7,7 @@ use std::fmt::{self, Write as _};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
-use super::Health;
+use super::{value, Health};
 
 /// What happened to one request for a protected path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -146,17 +146,11 @@ impl Health {
 
     /// Decisions counted so far for `result`.
     pub fn auth(&self, result: AuthResult) -> u64 {
-        self.counters
-            .auth
-            .get(&AuthLabels { result })
-            .map_or(0, |c| c.get())
+        value(&self.counters.auth, &AuthLabels { result })
     }
 
     /// Review calls counted so far.
     pub fn reviews(&self, review: Review, result: Outcome) -> u64 {
-        self.counters
-            .reviews
-            .get(&ReviewLabels { review, result })
-            .map_or(0, |c| c.get())
+        value(&self.counters.reviews, &ReviewLabels { review, result })
     }
 }

@@ -11,7 +11,18 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::index::Resource;
-use counters::{value, Counters, ErrorLabels, ReadLabels, ResourceLabels, SyncLabels};
+use counters::{Counters, ErrorLabels, ReadLabels, ResourceLabels, SyncLabels};
+
+/// Reads one counter; 0 when its series was never touched.
+fn value<L: Clone + std::hash::Hash + Eq>(
+    family: &prometheus_client::metrics::family::Family<
+        L,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    labels: &L,
+) -> u64 {
+    family.get(labels).map_or(0, |c| c.get())
+}
 
 /// Why a watch failed: a closed set, so `watch_errors_total` has bounded
 /// cardinality.
