@@ -36,14 +36,7 @@ fn shared_with_hostile_lock() -> Arc<Shared> {
         "holder".into(),
         parse_lock_info(&info).map(Some),
     );
-    let obj = TfObject {
-        kind: Kind::TerraformMachine,
-        name: "web".into(),
-        cluster_label: None,
-        jobs: None,
-        cluster: None,
-        captf: Default::default(),
-    };
+    let obj = TfObject::new(Kind::TerraformMachine, "web");
     shared.update(|ix, now| {
         ix.apply((obj.kind, ObjectKey::new("ns", "web")), obj, now);
         ix.apply(ObjectKey::new("ns", lock_lease_name(&suffix)), lease, now)

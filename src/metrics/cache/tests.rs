@@ -29,12 +29,8 @@ fn fleet(shared: &Shared, n: usize) {
         let ns = format!("fleet-{:03}", i % 100);
         let name = format!("wl-{:05}-m-{:04}", i / 100, i % 100);
         let obj = TfObject {
-            kind: Kind::TerraformMachine,
-            name: name.clone(),
             cluster_label: Some(format!("wl-{:05}", i / 100)),
-            jobs: None,
-            cluster: None,
-            captf: Default::default(),
+            ..TfObject::new(Kind::TerraformMachine, name.clone())
         };
         let suffix = state_suffix(&ns, Kind::TerraformMachine, &name);
         shared.update(|ix, now| ix.apply((obj.kind, ObjectKey::new(&ns, &name)), obj, now));

@@ -136,12 +136,8 @@ fn machine_inherits_its_clusters_own_jobs_and_follows_their_changes() {
     assert_eq!(pair(effective_of(&ix, m, "w")), Some((150, 1800)));
     assert_eq!(pair(effective_of(&ix, mp, "p")), Some((150, 1800)));
     let obj = TfObject {
-        kind: m,
-        name: "w".into(),
         cluster_label: Some("prod".into()),
-        jobs: None,
-        cluster: None,
-        captf: Default::default(),
+        ..TfObject::new(m, "w")
     };
     let sources = ix.resolve_for(NS, &obj).sources;
     assert_eq!(

@@ -125,14 +125,7 @@ fn hold_locks(shared: &Shared, n: usize) {
             "id-1".into(),
             parse_lock_info(info).map(Some),
         );
-        let obj = TfObject {
-            kind,
-            name: name.clone(),
-            cluster_label: None,
-            jobs: None,
-            cluster: None,
-            captf: Default::default(),
-        };
+        let obj = TfObject::new(kind, name.clone());
         shared.update(|ix, now| {
             ix.apply((obj.kind, ObjectKey::new(ns, &name)), obj, now);
             ix.apply(ObjectKey::new(ns, lock_lease_name(&suffix)), lease, now)
