@@ -49,19 +49,6 @@ impl Supervisor {
         self.names.insert(handle.id(), name.into());
     }
 
-    /// Watches an already spawned task: it is aborted when the supervisor
-    /// is dropped, and its end counts like any other.
-    pub fn adopt(&mut self, name: impl Into<String>, task: tokio::task::JoinHandle<()>) {
-        let name = name.into();
-        self.spawn(name, async move {
-            match task.await {
-                Ok(()) => {}
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(_) => {}
-            }
-        });
-    }
-
     /// Waits until the first task stops and says which and why. With no
     /// task at all it waits forever.
     pub async fn first_stop(&mut self) -> Stopped {
@@ -119,17 +106,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_returning_or_adopted_task_is_a_stop_too() {
+    async fn a_returning_task_is_a_stop_too() {
         let mut s = Supervisor::new();
         s.spawn("forever", std::future::pending());
         s.spawn("server", async {});
         assert!(matches!(s.first_stop().await, Stopped::Returned { task } if task == "server"));
-
-        let mut s = Supervisor::new();
-        let handle = tokio::spawn(async { panic!("lost") });
-        s.adopt("watch leases", handle);
-        assert!(
-            matches!(s.first_stop().await, Stopped::Panicked { task, .. } if task == "watch leases")
-        );
     }
 }
