@@ -13,7 +13,7 @@ use captf_lock_exporter::core::kind::Kind;
 use captf_lock_exporter::core::lockinfo::parse_lock_info;
 use captf_lock_exporter::core::suffix::{lock_lease_name, state_suffix};
 use captf_lock_exporter::index::{IndexResource, LockLease, ObjectKey, PodState, TfObject};
-use captf_lock_exporter::metrics::{render, AcceptEncoding, Format, ScrapeCache};
+use captf_lock_exporter::metrics::{render, Format, ScrapeCache};
 use captf_lock_exporter::shared::Shared;
 
 fn status_kib(field: &str) -> u64 {
@@ -44,14 +44,15 @@ fn cached(shared: &Arc<Shared>) {
     };
     rt.block_on(async {
         let cache = ScrapeCache::new(shared.clone());
+        let refresher = tokio::spawn(cache.clone().refresh());
         let t = Instant::now();
-        let plain = cache.body(Format::OpenMetrics, AcceptEncoding::Identity).await.expect("renders");
+        let plain = cache.body(Format::OpenMetrics, false).await.expect("renders");
         let render = t.elapsed();
         let t = Instant::now();
-        let zipped = cache.body(Format::OpenMetrics, AcceptEncoding::Gzip).await.expect("compresses");
+        let zipped = cache.body(Format::OpenMetrics, true).await.expect("compresses");
         let compress = t.elapsed();
         println!(
-            "cached (openmetrics): render {render:?}, gzip level 1 {compress:?}; {:.1} MiB plain, {:.2} MiB gzip ({:.0}x)",
+            "cached (openmetrics): render {render:?}, gzip {compress:?}; {:.1} MiB plain, {:.2} MiB gzip ({:.0}x)",
             plain.len() as f64 / 1048576.0,
             zipped.len() as f64 / 1048576.0,
             plain.len() as f64 / zipped.len().max(1) as f64
@@ -60,21 +61,23 @@ fn cached(shared: &Arc<Shared>) {
         let mut hits = Vec::new();
         for _ in 0..101 {
             let t = Instant::now();
-            let body = cache.body(Format::OpenMetrics, AcceptEncoding::Gzip).await.expect("cached");
+            let body = cache.body(Format::OpenMetrics, true).await.expect("cached");
             hits.push(t.elapsed());
             drop(body);
         }
         hits.sort();
         println!("cached scrape, body current: median {:?}, max {:?}", hits[50], hits[100]);
+        refresher.abort();
         drop(cache);
         let one = peak_kib();
         // A fresh cache: 16 scrapers arrive together and need a render.
         let cache = ScrapeCache::new(shared.clone());
+        tokio::spawn(cache.clone().refresh());
         let t = Instant::now();
         let scrapes: Vec<_> = (0..16)
             .map(|_| {
                 let cache = cache.clone();
-                tokio::spawn(async move { cache.body(Format::OpenMetrics, AcceptEncoding::Gzip).await.map(|b| b.len()) })
+                tokio::spawn(async move { cache.body(Format::OpenMetrics, true).await.map(|b| b.len()) })
             })
             .collect();
         for s in scrapes {

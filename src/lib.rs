@@ -28,3 +28,6 @@ pub mod server;
 pub mod shared;
 pub mod supervise;
 pub mod watch;
+
+/// The version reported by build_info, the pages and the logs.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

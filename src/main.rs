@@ -172,7 +172,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             stop_rx,
         ),
     );
-    tracing::info!(address = %cli.listen_address, version = shared.version, "serving /metrics, /healthz, /readyz");
+    tracing::info!(address = %cli.listen_address, version = captf_lock_exporter::VERSION, "serving /metrics, /healthz, /readyz");
     tokio::select! {
         stopped = tasks.first_stop() => return Err(StartError::Stopped(stopped)),
         _ = shutdown_signal() => {}

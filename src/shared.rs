@@ -1,5 +1,6 @@
 //! The state shared by watchers, pod reads and the HTTP server: the index
-//! behind one lock, watch health, and the queue of pods to read. What only
+//! behind one lock and the fan-out of its changes, watch health, and the
+//! queue of pods to read. What only
 //! the watches and pod reads share (the API link, watch-list support, the
 //! wire format) is `crate::watch::Context`, not here.
 
@@ -18,24 +19,28 @@ pub struct Shared {
     /// [`Shared::read`] and [`Shared::update`], which also recover the
     /// index from a poisoned lock the one way.
     index: RwLock<Index>,
-    /// The render generation: bumped after every write of the index that
-    /// changed what `/metrics` shows, so that a renderer knows whether its
-    /// body is still current without reading the index, and can wait for
-    /// the next change.
-    generation: tokio::sync::watch::Sender<u64>,
-    /// Where each renderer collects which lock keys changed (one per
-    /// [`Shared::changes`] caller), filled under the index's write lock.
-    sinks: Mutex<Vec<Weak<Mutex<Changes>>>>,
-    /// Woken when a write moves the index's next clock deadline earlier
-    /// (`Index::take_clock_moved`), so the clock's checker can sleep until
-    /// that deadline instead of polling.
-    clock: tokio::sync::Notify,
+    /// Who hears of the index's changes.
+    feed: ChangeFeed,
     /// Watch health and self-metrics.
     pub health: Arc<Health>,
     /// Holder pods to confirm with a live read.
     pub pod_reads: mpsc::UnboundedSender<ObjectKey>,
-    /// The version reported by build_info.
-    pub version: &'static str,
+}
+
+/// The index's change fan-out, filled under its write lock.
+#[derive(Debug)]
+struct ChangeFeed {
+    /// Bumped after every write of the index that changed what `/metrics`
+    /// shows, so that a renderer knows whether it is current without
+    /// reading the index, and can wait for the next change.
+    generation: tokio::sync::watch::Sender<u64>,
+    /// Where each renderer collects which lock keys changed (one per
+    /// [`Shared::changes`] caller).
+    sinks: Mutex<Vec<Weak<Mutex<Changes>>>>,
+    /// Woken when a write moves the index's next deadline earlier
+    /// (`Index::take_clock_moved`), so the deadlines' task can sleep until
+    /// that deadline instead of polling.
+    clock: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -44,12 +49,13 @@ impl Shared {
         let (pod_reads, confirm_rx) = mpsc::unbounded_channel();
         let shared = Shared {
             index: RwLock::new(Index::new()),
-            generation: tokio::sync::watch::channel(0).0,
-            sinks: Mutex::new(Vec::new()),
-            clock: tokio::sync::Notify::new(),
+            feed: ChangeFeed {
+                generation: tokio::sync::watch::channel(0).0,
+                sinks: Mutex::new(Vec::new()),
+                clock: tokio::sync::Notify::new(),
+            },
             health: Arc::new(Health::new()),
             pod_reads,
-            version: env!("CARGO_PKG_VERSION"),
         };
         (Arc::new(shared), confirm_rx)
     }
@@ -77,7 +83,7 @@ impl Shared {
         let out = f(&mut index, now);
         if index.take_clock_moved() {
             // A stored permit: a checker between two waits still sees it.
-            self.clock.notify_one();
+            self.feed.clock.notify_one();
         }
         let changes = index.take_changes();
         if !changes.is_empty() {
@@ -85,7 +91,7 @@ impl Shared {
             // holding the read lock has every change it can see in its
             // sink, and none it cannot.
             self.hand_on(&changes);
-            self.generation.send_modify(|g| *g += 1);
+            self.feed.generation.send_modify(|g| *g += 1);
         }
         out
     }
@@ -94,7 +100,7 @@ impl Shared {
     /// on; it starts as "everything" (its owner has drawn nothing yet).
     pub fn changes(&self) -> Arc<Mutex<Changes>> {
         let sink = Arc::new(Mutex::new(Changes::everything()));
-        let mut sinks = match self.sinks.lock() {
+        let mut sinks = match self.feed.sinks.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
         };
@@ -104,7 +110,7 @@ impl Shared {
     }
 
     fn hand_on(&self, changes: &Changes) {
-        let sinks = match self.sinks.lock() {
+        let sinks = match self.feed.sinks.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
         };
@@ -120,12 +126,12 @@ impl Shared {
     /// once when one did since the last wait). One waiter: the clock's
     /// checker.
     pub async fn clock_moved(&self) {
-        self.clock.notified().await;
+        self.feed.clock.notified().await;
     }
 
     /// A receiver that sees every write changing what `/metrics` shows.
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.generation.subscribe()
+        self.feed.generation.subscribe()
     }
 
     /// Runs `f` on the index under the read lock.

@@ -10,8 +10,9 @@
 //! exposition_golden`) only for an intended exposition change, and say so in
 //! the commit.
 //!
-//! Since issue 17 the index part is rendered in buckets (`metrics::buckets`):
-//! within each family the series come in bucket order, not name order. The
+//! Since issue 17 the series of each family come in bucket order (a hash
+//! of the lock key into 16 buckets, then name order), not name order; the
+//! store of issue 35 keeps that order (`metrics::store`). The
 //! files were re-blessed then, and checked to hold, family by family, the
 //! same lines as before; once more when the bucket became a function of
 //! the lock key (namespace, state suffix) instead of the labels, checked
@@ -320,7 +321,7 @@ fn normalise(text: &str, version: &str) -> String {
 fn check(format: Format, file: &str) {
     let shared = fixed_state();
     let text = match render_at(&shared, format, scrape_time()) {
-        Ok(t) => normalise(&t, shared.version),
+        Ok(t) => normalise(&t, captf_lock_exporter::VERSION),
         Err(e) => panic!("render failed: {e}"),
     };
     committed::check_or_bless(

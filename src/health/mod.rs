@@ -198,8 +198,8 @@ pub enum Success {
 pub struct Health {
     watches: Mutex<Vec<WatchState>>,
     counters: Counters,
-    /// Bumped by every call that can move a value the health part of the
-    /// exposition shows, so the renderer renders it only then.
+    /// Bumped by every call that can move a health value, so a task that
+    /// waits on one (the deadlines' checker) wakes only then.
     moved: tokio::sync::watch::Sender<u64>,
 }
 
@@ -220,9 +220,14 @@ impl Health {
     }
 
     /// A receiver that sees every change of a health value (watch state,
-    /// last success, a counter): an idle exporter renders nothing.
+    /// last success, a counter).
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.moved.subscribe()
+    }
+
+    /// The number of health changes so far: equal numbers, equal values.
+    pub fn generation(&self) -> u64 {
+        *self.moved.borrow()
     }
 
     fn moved(&self) {
@@ -236,7 +241,7 @@ impl Health {
         }
     }
 
-    /// [`Health::with`] for a change: tells the renderer afterwards.
+    /// [`Health::with`] for a change: tells the subscribers afterwards.
     fn change<T>(&self, f: impl FnOnce(&mut Vec<WatchState>) -> T) -> T {
         let out = self.with(f);
         self.moved();

@@ -1,105 +1,119 @@
-//! A scrape's answer and how it is sent: the content coding negotiated
-//! from `Accept-Encoding` ([`AcceptEncoding`]), and the [`Body`], kept as
-//! chunks of shared bytes or, for a large plain body, as DEFLATE parts
-//! inflated step by step while it is sent ([`Frames`]).
-//!
-//! Apart from [`super::cache`], which decides when bodies are rendered and
-//! published: what a body holds and how its bytes come out does not depend
-//! on when or by which pass it was rendered.
+//! A scrape's answer and how it is sent: the [`Body`], chunks shared with
+//! the store's snapshot, plain or gzip.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 
-use super::gzip_parts;
+use super::families::{shown, Family, KEY_FAMILIES};
+use super::gzip::{self, Piece};
+use super::store::{Snapshot, BUCKETS};
+use super::Format;
 
-/// The content coding of a scrape's answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AcceptEncoding {
-    /// The body as rendered.
-    Identity,
-    /// The body gzip-compressed (`Content-Encoding: gzip`).
-    Gzip,
+/// Every key family's header lines per format, plain and as a stored
+/// piece; made once.
+static HEADERS: LazyLock<[Vec<(Bytes, Piece)>; 2]> = LazyLock::new(|| {
+    [Format::OpenMetrics, Format::Prometheus].map(|format| {
+        let header = |f: &&Family| {
+            let h = f.header(format);
+            (Bytes::from(h.clone()), Piece::stored(h.as_bytes(), false))
+        };
+        KEY_FAMILIES.iter().map(header).collect()
+    })
+});
+
+fn headers(format: Format) -> &'static [(Bytes, Piece)] {
+    &HEADERS[usize::from(format == Format::Prometheus)]
 }
 
-impl AcceptEncoding {
-    /// Gzip when the `Accept-Encoding` header lists `gzip` (or `*`) with a
-    /// non-zero quality, as Prometheus always does; identity otherwise.
-    pub fn negotiate(header: Option<&str>) -> AcceptEncoding {
-        let Some(header) = header else {
-            return AcceptEncoding::Identity;
-        };
-        let gzip = header.split(',').any(|item| {
-            let mut parts = item.split(';');
-            let coding = parts.next().unwrap_or("").trim();
-            if !(coding.eq_ignore_ascii_case("gzip") || coding == "*") {
-                return false;
+/// Everything of a gzip body in `format` but the health part, from the
+/// snapshot's compressed buckets (None when it has none yet).
+fn gzip_head(snapshot: &Snapshot, format: Format) -> Option<gzip::Head> {
+    let mut pieces = Vec::with_capacity(KEY_FAMILIES.len() * (BUCKETS + 1) + 1);
+    for (f, (_, header)) in headers(format).iter().enumerate() {
+        if shown(f, snapshot.exposition) {
+            pieces.push(header);
+            for bucket in &snapshot.buckets {
+                pieces.push(bucket.gzip.as_ref()?.get(f)?);
             }
-            // q=0 means "not acceptable".
-            !parts.any(|p| {
-                p.trim()
-                    .strip_prefix("q=")
-                    .and_then(|q| q.trim().parse::<f32>().ok())
-                    .is_some_and(|q| q <= 0.0)
-            })
-        });
-        if gzip {
-            AcceptEncoding::Gzip
-        } else {
-            AcceptEncoding::Identity
         }
     }
+    let overview = Piece::stored(&snapshot.overview, false);
+    pieces.push(&overview);
+    Some(gzip::Head::new(pieces))
 }
 
-/// A scrape's answer: the body as chunks that share the cached bytes, so
-/// concurrent scrapers do not each hold a copy. With gzip, the chunks make
-/// one gzip file (a single member). A plain body of a large index part is
-/// kept compressed only (past `buckets::PLAIN_KEPT_UP_TO`) and
-/// decompressed step by step as it is sent.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A scrape's answer: chunks of shared bytes (a plain body: per family its
+/// header and every bucket's lines; a gzip body: one gzip member).
+/// Cloning it shares the bytes.
+#[derive(Clone, Debug)]
 pub struct Body {
-    repr: Arc<Repr>,
+    chunks: Arc<Vec<Chunk>>,
 }
 
-#[derive(Debug, PartialEq, Eq)]
-enum Repr {
-    /// The bytes as sent.
-    Chunks(Vec<Bytes>),
-    /// Raw DEFLATE parts of the plain bytes, and their plain length.
-    Deflated(Arc<Vec<Bytes>>, usize),
+/// Bytes as they are, or compressed lines a plain body inflates as it is
+/// sent (a bucket kept compressed only).
+#[derive(Clone, Debug)]
+enum Chunk {
+    Plain(Bytes),
+    Deflated(Piece),
+}
+
+impl Chunk {
+    fn len(&self) -> usize {
+        match self {
+            Chunk::Plain(b) => b.len(),
+            Chunk::Deflated(p) => p.plain_len(),
+        }
+    }
 }
 
 impl Body {
-    /// A body sent as it is kept: shared chunks, in order.
-    pub(super) fn chunks(chunks: Vec<Bytes>) -> Body {
+    /// The plain body of `snapshot` in `format`, ending with `health`.
+    pub(super) fn plain(snapshot: &Snapshot, format: Format, health: Bytes) -> Body {
+        let mut chunks = Vec::with_capacity(KEY_FAMILIES.len() * (BUCKETS + 1) + 2);
+        for (f, (header, _)) in headers(format).iter().enumerate() {
+            if shown(f, snapshot.exposition) {
+                chunks.push(Chunk::Plain(header.clone()));
+                for bucket in &snapshot.buckets {
+                    chunks.push(match (&bucket.lines, &bucket.gzip) {
+                        (Some(lines), _) => Chunk::Plain(lines[f].clone()),
+                        (None, Some(gzip)) => Chunk::Deflated(gzip[f].clone()),
+                        (None, None) => Chunk::Plain(Bytes::new()),
+                    });
+                }
+            }
+        }
+        chunks.push(Chunk::Plain(snapshot.overview.clone()));
+        chunks.push(Chunk::Plain(health));
+        chunks.retain(|c| c.len() > 0);
         Body {
-            repr: Arc::new(Repr::Chunks(chunks)),
+            chunks: Arc::new(chunks),
         }
     }
 
-    /// A body kept as raw DEFLATE parts of `len` plain bytes, inflated
-    /// as it is sent.
-    pub(super) fn deflated(parts: Vec<Bytes>, len: usize) -> Body {
-        Body {
-            repr: Arc::new(Repr::Deflated(Arc::new(parts), len)),
-        }
+    /// The same body gzip-compressed, from the snapshot's compressed
+    /// buckets (None when it has none yet).
+    pub(super) fn gzip(snapshot: &Snapshot, format: Format, health: &[u8]) -> Option<Body> {
+        let slot = &snapshot.gzip_heads[usize::from(format == Format::Prometheus)];
+        let head = slot.get_or_init(|| gzip_head(snapshot, format)).as_ref()?;
+        let chunks = head.member(health).into_iter().map(Chunk::Plain).collect();
+        Some(Body {
+            chunks: Arc::new(chunks),
+        })
     }
 
-    /// The bytes in order, as the server sends them: shared chunks, or
-    /// plain steps of at most 256 KiB decompressed one at a time.
+    /// The bytes in order, as the server sends them: shared chunks.
     pub fn frames(&self) -> Frames {
-        match &*self.repr {
-            Repr::Chunks(c) => Frames::Chunks(c.clone().into_iter()),
-            Repr::Deflated(parts, _) => Frames::Inflate(gzip_parts::Inflate::new(parts.clone())),
+        Frames {
+            chunks: self.chunks.clone(),
+            next: 0,
         }
     }
 
     /// The length in bytes.
     pub fn len(&self) -> usize {
-        match &*self.repr {
-            Repr::Chunks(c) => c.iter().map(Bytes::len).sum(),
-            Repr::Deflated(_, len) => *len,
-        }
+        self.chunks.iter().map(Chunk::len).sum()
     }
 
     /// No bytes at all.
@@ -107,61 +121,37 @@ impl Body {
         self.len() == 0
     }
 
-    /// Whether the body is kept compressed and decompressed per scrape.
-    pub fn is_deflated(&self) -> bool {
-        matches!(&*self.repr, Repr::Deflated(..))
-    }
-
     /// The body in one piece (a copy; for tests and small bodies).
     pub fn to_bytes(&self) -> Bytes {
-        let mut out = Vec::with_capacity(self.len());
-        for c in self.frames() {
-            out.extend_from_slice(&c);
-        }
-        Bytes::from(out)
+        Bytes::from(self.frames().collect::<Vec<_>>().concat())
     }
 }
 
-/// The bytes of a [`Body`] in order.
-pub enum Frames {
-    /// Shared chunks.
-    Chunks(std::vec::IntoIter<Bytes>),
-    /// Plain steps decompressed one at a time.
-    Inflate(gzip_parts::Inflate),
+/// The bytes of a [`Body`] in order; a compressed bucket is inflated when
+/// its turn comes, so a plain scrape holds one bucket's family at a time.
+pub struct Frames {
+    chunks: Arc<Vec<Chunk>>,
+    next: usize,
 }
 
 impl Iterator for Frames {
     type Item = Bytes;
 
     fn next(&mut self) -> Option<Bytes> {
-        match self {
-            Frames::Chunks(c) => c.next(),
-            Frames::Inflate(i) => i.next(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn accept_encoding_is_negotiated() {
-        use AcceptEncoding::*;
-        for (header, want) in [
-            (None, Identity),
-            (Some(""), Identity),
-            (Some("gzip"), Gzip),
-            // What Prometheus sends.
-            (Some("gzip"), Gzip),
-            (Some("deflate, GZip;q=0.5"), Gzip),
-            (Some("br, *"), Gzip),
-            (Some("gzip;q=0"), Identity),
-            (Some("gzip; q=0.0, identity"), Identity),
-            (Some("identity"), Identity),
-            (Some("x-gzip-nope"), Identity),
-        ] {
-            assert_eq!(AcceptEncoding::negotiate(header), want, "{header:?}");
+        let chunk = self.chunks.get(self.next)?;
+        self.next += 1;
+        match chunk {
+            Chunk::Plain(b) => Some(b.clone()),
+            Chunk::Deflated(p) => match p.inflate() {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    // Our own output, so a bug: the short body fails the
+                    // scrape's Content-Length check rather than lying.
+                    tracing::error!(error = %e, "a compressed bucket did not inflate");
+                    self.next = self.chunks.len();
+                    None
+                }
+            },
         }
     }
 }

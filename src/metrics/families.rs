@@ -1,90 +1,105 @@
-//! Every family `/metrics` computes at scrape time, declared once: name,
-//! help, type and label names are a [`Family`] constant, and the encoding
-//! functions below only supply label values (in the declared order) and
-//! samples, one function per group of families.
+//! Every family `/metrics` shows, declared once (name, help, type, label
+//! names), and the writer of their lines: no encoder in between, so one
+//! lock key's lines can be written on their own (`render`). Sample lines
+//! are the same in both text formats; only the HELP/TYPE lines differ.
 
-use std::fmt;
-use std::marker::PhantomData;
+use std::io::Write as _;
 
-use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
-use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
-use super::snapshot::{FuRow, LockRow, ObjectRow};
+use super::{Exposition, Format};
 use crate::core::classify::HolderClass;
 use crate::health::Health;
 use crate::index::{unix_seconds, Resource};
 
-/// A metric type and the sample it carries.
-trait Type {
-    /// The sample.
-    type Value;
-    /// The type as the exposition names it.
-    const TYPE: MetricType;
-    /// The type as docs/metrics.md names it.
-    const NAME: &'static str;
-    /// What the exposition appends to the family name in a series name.
-    const SUFFIX: &'static str;
-    /// Writes one sample.
-    fn encode(value: &Self::Value, m: MetricEncoder<'_>) -> fmt::Result;
-}
-
-/// A gauge: any float.
-struct Gauge;
-/// A counter: a count since the exporter started.
-struct Counter;
-
-impl Type for Gauge {
-    type Value = f64;
-    const TYPE: MetricType = MetricType::Gauge;
-    const NAME: &'static str = "gauge";
-    const SUFFIX: &'static str = "";
-    fn encode(value: &f64, mut m: MetricEncoder<'_>) -> fmt::Result {
-        m.encode_gauge(value)
-    }
-}
-
-impl Type for Counter {
-    type Value = u64;
-    const TYPE: MetricType = MetricType::Counter;
-    const NAME: &'static str = "counter";
-    const SUFFIX: &'static str = "_total";
-    fn encode(value: &u64, mut m: MetricEncoder<'_>) -> fmt::Result {
-        m.encode_counter::<NoLabelSet, _, u64>(value, None)
-    }
-}
-
 /// One metric family: everything the exposition says of it but its series.
-/// The name is without the `_total` a counter gets when encoded.
-struct Family<T, const N: usize> {
+/// The name is without the `_total` a counter's series get.
+#[derive(Debug)]
+pub(super) struct Family {
     name: &'static str,
     help: &'static str,
-    labels: [&'static str; N],
-    kind: PhantomData<T>,
+    labels: &'static [&'static str],
+    /// A count since the exporter started (its series named with
+    /// `_total`), else a gauge.
+    counter: bool,
 }
 
-impl<T: Type, const N: usize> Family<T, N> {
-    /// Writes the family with one series per row; a family without rows
-    /// still gets its HELP and TYPE lines.
-    fn encode<'a>(
-        &self,
-        enc: &mut DescriptorEncoder<'_>,
-        rows: impl IntoIterator<Item = ([&'a str; N], T::Value)>,
-    ) -> fmt::Result {
-        let mut m = enc.encode_descriptor(self.name, self.help, None, T::TYPE)?;
-        for (values, sample) in rows {
-            let labels: [(&str, &str); N] = std::array::from_fn(|i| (self.labels[i], values[i]));
-            T::encode(&sample, m.encode_family(&labels)?)?;
+/// A sample value.
+#[derive(Clone, Copy)]
+pub(super) enum Sample {
+    Float(f64),
+    Count(u64),
+}
+
+impl Family {
+    /// The HELP and TYPE lines in `format` (a counter is named with
+    /// `_total` there only in the Prometheus text format).
+    pub(super) fn header(&self, format: Format) -> String {
+        let total = match self.counter && format == Format::Prometheus {
+            true => "_total",
+            false => "",
+        };
+        let kind = self.kind();
+        format!(
+            "# HELP {0}{total} {1}\n# TYPE {0}{total} {kind}\n",
+            self.name, self.help
+        )
+    }
+
+    /// One sample line; `values` in the order of the label names.
+    pub(super) fn line(&self, out: &mut Vec<u8>, values: &[&str], sample: Sample) {
+        out.extend_from_slice(self.name.as_bytes());
+        if self.counter {
+            out.extend_from_slice(b"_total");
         }
-        Ok(())
+        out.push(b'{');
+        for (i, (label, value)) in self.labels.iter().zip(values).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(label.as_bytes());
+            out.extend_from_slice(b"=\"");
+            escape(out, value);
+            out.push(b'"');
+        }
+        out.extend_from_slice(b"} ");
+        match sample {
+            Sample::Float(v) => out.extend_from_slice(dtoa::Buffer::new().format(v).as_bytes()),
+            // Writing into a Vec cannot fail.
+            Sample::Count(n) => drop(write!(out, "{n}")),
+        }
+        out.push(b'\n');
+    }
+
+    fn kind(&self) -> &'static str {
+        match self.counter {
+            true => "counter",
+            false => "gauge",
+        }
     }
 
     fn doc(&self, group: &'static str) -> FamilyDoc {
         FamilyDoc {
             group,
-            name: format!("{}{}", self.name, T::SUFFIX),
-            kind: T::NAME,
+            name: match self.counter {
+                true => format!("{}_total", self.name),
+                false => self.name.to_string(),
+            },
+            kind: self.kind(),
             labels: self.labels.to_vec(),
             help: self.help,
+        }
+    }
+}
+
+/// A label value as the text formats quote it.
+fn escape(out: &mut Vec<u8>, value: &str) {
+    for b in value.bytes() {
+        match b {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            _ => out.push(b),
         }
     }
 }
@@ -111,36 +126,75 @@ pub struct FamilyDoc {
 pub fn family_docs() -> Vec<FamilyDoc> {
     const LOCK: &str = "Per held lock";
     const OBJECT: &str = "Per known object";
-    const OVERVIEW: &str = "Overview";
-    const SELF: &str = "The exporter itself";
-    vec![
-        LOCK_INFO.doc(LOCK),
-        LOCK_ACQUIRED.doc(LOCK),
-        LOCK_AGE.doc(LOCK),
-        LOCK_CREATED.doc(LOCK),
-        LOCK_OVERDUE.doc(LOCK),
-        HELD.doc(OBJECT),
-        TIMEOUT.doc(OBJECT),
-        DEADLINE.doc(OBJECT),
-        CAPTF_CONDITION.doc(OBJECT),
-        VERDICT_MISMATCH.doc(OBJECT),
-        JOB_ACTIVE.doc(OBJECT),
-        PLAN_PENDING.doc(OBJECT),
-        FORCE_UNLOCKS.doc(OBJECT),
-        LAST_FORCE_UNLOCK.doc(OBJECT),
-        HELD_PER_CLASS.doc(OVERVIEW),
-        BUILD_INFO.doc(SELF),
-        WATCH_UP.doc(SELF),
-        WATCH_LAST_SUCCESS.doc(SELF),
-    ]
+    let mut docs: Vec<FamilyDoc> = KEY_FAMILIES
+        .iter()
+        .enumerate()
+        .map(|(i, f)| f.doc(if i < HELD_AT { LOCK } else { OBJECT }))
+        .collect();
+    docs.push(HELD_PER_CLASS.doc("Overview"));
+    for f in [&BUILD_INFO, &WATCH_UP, &WATCH_LAST_SUCCESS] {
+        docs.push(f.doc("The exporter itself"));
+    }
+    docs
 }
+
+/// The families of one lock key, in exposition order.
+pub(super) const KEY_FAMILIES: [&Family; 14] = [
+    &LOCK_INFO,
+    &LOCK_ACQUIRED,
+    &LOCK_AGE,
+    &LOCK_CREATED,
+    &LOCK_OVERDUE,
+    &HELD,
+    &TIMEOUT,
+    &DEADLINE,
+    &CAPTF_CONDITION,
+    &VERDICT_MISMATCH,
+    &JOB_ACTIVE,
+    &PLAN_PENDING,
+    &FORCE_UNLOCKS,
+    &LAST_FORCE_UNLOCK,
+];
+/// Where [`LOCK_AGE`] (only with `--export-lock-age`) is in [`KEY_FAMILIES`].
+pub(super) const LOCK_AGE_AT: usize = 2;
+/// Where the per-object families start in [`KEY_FAMILIES`].
+pub(super) const HELD_AT: usize = 5;
+
+/// Whether the exposition shows family `f` of [`KEY_FAMILIES`].
+pub(super) fn shown(f: usize, exposition: Exposition) -> bool {
+    f != LOCK_AGE_AT || exposition.lock_age
+}
+
+const fn gauge(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Family {
+    Family {
+        name,
+        help,
+        labels,
+        counter: false,
+    }
+}
+
+const fn counter(
+    name: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+) -> Family {
+    Family {
+        counter: true,
+        ..gauge(name, help, labels)
+    }
+}
+
+/// The labels every per-object series starts with, so that they join with
+/// CAPTF's own metrics.
+const OBJECT: &[&str] = &["namespace", "kind", "name"];
 
 // 7.1 Per held lock.
 
-const LOCK_INFO: Family<Gauge, 8> = Family {
-    name: "captf_state_lock_info",
-    help: "A held state lock and its holder (1 while held).",
-    labels: [
+const LOCK_INFO: Family = gauge(
+    "captf_state_lock_info",
+    "A held state lock and its holder (1 while held).",
+    &[
         "namespace",
         "kind",
         "name",
@@ -150,286 +204,148 @@ const LOCK_INFO: Family<Gauge, 8> = Family {
         "lock_id",
         "version",
     ],
-    kind: PhantomData,
-};
-const LOCK_ACQUIRED: Family<Gauge, 5> = Family {
-    name: "captf_state_lock_acquired_timestamp_seconds",
-    help: "When a held state lock was taken, as Unix time: lock-info Created, else when this exporter first saw it held (age_source).",
-    labels: ["namespace", "kind", "name", "class", "age_source"],
-    kind: PhantomData,
-};
-const LOCK_AGE: Family<Gauge, 5> = Family {
-    name: "captf_state_lock_age_seconds",
-    help: "Age of a held state lock: now minus lock-info Created, else since first observed (only with --export-lock-age).",
-    labels: ["namespace", "kind", "name", "class", "age_source"],
-    kind: PhantomData,
-};
-const LOCK_CREATED: Family<Gauge, 3> = Family {
-    name: "captf_state_lock_created_timestamp_seconds",
-    help: "lock-info Created of a held state lock, as Unix time.",
-    labels: ["namespace", "kind", "name"],
-    kind: PhantomData,
-};
-const LOCK_OVERDUE: Family<Gauge, 4> = Family {
-    name: "captf_state_lock_overdue",
-    help: "1 when a foreign or unknown lock is older than the effective lockTimeoutSeconds.",
-    labels: ["namespace", "kind", "name", "class"],
-    kind: PhantomData,
-};
+);
+const LOCK_ACQUIRED: Family = gauge(
+    "captf_state_lock_acquired_timestamp_seconds",
+    "When a held state lock was taken, as Unix time: lock-info Created, else when this exporter first saw it held (age_source).",
+    &["namespace", "kind", "name", "class", "age_source"],
+);
+const LOCK_AGE: Family = gauge(
+    "captf_state_lock_age_seconds",
+    "Age of a held state lock: now minus lock-info Created, else since first observed (only with --export-lock-age).",
+    &["namespace", "kind", "name", "class", "age_source"],
+);
+const LOCK_CREATED: Family = gauge(
+    "captf_state_lock_created_timestamp_seconds",
+    "lock-info Created of a held state lock, as Unix time.",
+    OBJECT,
+);
+const LOCK_OVERDUE: Family = gauge(
+    "captf_state_lock_overdue",
+    "1 when a foreign or unknown lock is older than the effective lockTimeoutSeconds.",
+    &["namespace", "kind", "name", "class"],
+);
 
 // 7.2 Per known object.
 
-const HELD: Family<Gauge, 3> = Family {
-    name: "captf_state_lock_held",
-    help: "1 while the object's state lock is held, else 0.",
-    labels: ["namespace", "kind", "name"],
-    kind: PhantomData,
-};
-const TIMEOUT: Family<Gauge, 3> = Family {
-    name: "captf_state_lock_timeout_seconds",
-    help: "Effective lockTimeoutSeconds of the object's Jobs.",
-    labels: ["namespace", "kind", "name"],
-    kind: PhantomData,
-};
-const DEADLINE: Family<Gauge, 3> = Family {
-    name: "captf_state_lock_deadline_seconds",
-    help: "Effective activeDeadlineSeconds of the object's Jobs.",
-    labels: ["namespace", "kind", "name"],
-    kind: PhantomData,
-};
-const FORCE_UNLOCKS: Family<Counter, 3> = Family {
-    name: "captf_state_lock_force_unlocks",
-    help: "Force-unlocks of the object's state lock, counted from ForceUnlocked Events since this exporter started.",
-    labels: ["namespace", "kind", "name"],
-    kind: PhantomData,
-};
-const LAST_FORCE_UNLOCK: Family<Gauge, 3> = Family {
-    name: "captf_state_lock_last_force_unlock_timestamp_seconds",
-    help: "When a ForceUnlocked Event about the object was last seen (Unix time).",
-    labels: ["namespace", "kind", "name"],
-    kind: PhantomData,
-};
+const HELD: Family = gauge(
+    "captf_state_lock_held",
+    "1 while the object's state lock is held, else 0.",
+    OBJECT,
+);
+const TIMEOUT: Family = gauge(
+    "captf_state_lock_timeout_seconds",
+    "Effective lockTimeoutSeconds of the object's Jobs.",
+    OBJECT,
+);
+const DEADLINE: Family = gauge(
+    "captf_state_lock_deadline_seconds",
+    "Effective activeDeadlineSeconds of the object's Jobs.",
+    OBJECT,
+);
+const FORCE_UNLOCKS: Family = counter(
+    "captf_state_lock_force_unlocks",
+    "Force-unlocks of the object's state lock, counted from ForceUnlocked Events since this exporter started.",
+    OBJECT,
+);
+const LAST_FORCE_UNLOCK: Family = gauge(
+    "captf_state_lock_last_force_unlock_timestamp_seconds",
+    "When a ForceUnlocked Event about the object was last seen (Unix time).",
+    OBJECT,
+);
 
-const CAPTF_CONDITION: Family<Gauge, 5> = Family {
-    name: "captf_state_lock_captf_condition",
-    help: "CAPTF's own StateReadable condition of the object, as last written (1; reason outside CAPTF's set as other).",
-    labels: ["namespace", "kind", "name", "status", "reason"],
-    kind: PhantomData,
-};
-const VERDICT_MISMATCH: Family<Gauge, 3> = Family {
-    name: "captf_state_lock_verdict_mismatch",
-    help: "1 when CAPTF's StateReadable verdict and the exporter's class have disagreed for longer than --verdict-grace with no Job of the object active, else 0.",
-    labels: ["namespace", "kind", "name"],
-    kind: PhantomData,
-};
-const JOB_ACTIVE: Family<Gauge, 3> = Family {
-    name: "captf_state_lock_job_active",
-    help: "1 while the object's status.activeJob is set (CAPTF checks the lock only between Jobs).",
-    labels: ["namespace", "kind", "name"],
-    kind: PhantomData,
-};
-const PLAN_PENDING: Family<Gauge, 4> = Family {
-    name: "captf_state_lock_plan_pending",
-    help: "1 for each TerraformPlan in phase Pending for the object: its apply waits for an approval, so no Job runs to clear a stale lock.",
-    labels: ["namespace", "kind", "name", "plan"],
-    kind: PhantomData,
-};
+const CAPTF_CONDITION: Family = gauge(
+    "captf_state_lock_captf_condition",
+    "CAPTF's own StateReadable condition of the object, as last written (1; reason outside CAPTF's set as other).",
+    &["namespace", "kind", "name", "status", "reason"],
+);
+const VERDICT_MISMATCH: Family = gauge(
+    "captf_state_lock_verdict_mismatch",
+    "1 when CAPTF's StateReadable verdict and the exporter's class have disagreed for longer than --verdict-grace with no Job of the object active, else 0.",
+    OBJECT,
+);
+const JOB_ACTIVE: Family = gauge(
+    "captf_state_lock_job_active",
+    "1 while the object's status.activeJob is set (CAPTF checks the lock only between Jobs).",
+    OBJECT,
+);
+const PLAN_PENDING: Family = gauge(
+    "captf_state_lock_plan_pending",
+    "1 for each TerraformPlan in phase Pending for the object: its apply waits for an approval, so no Job runs to clear a stale lock.",
+    &["namespace", "kind", "name", "plan"],
+);
 
 // 7.3 Overview, 7.4 the exporter itself. The self-metric counters are
 // prometheus-client counters registered by `Health::register_counters`.
 
-const HELD_PER_CLASS: Family<Gauge, 1> = Family {
-    name: "captf_state_locks_held",
-    help: "Held state locks per holder class.",
-    labels: ["class"],
-    kind: PhantomData,
-};
-const BUILD_INFO: Family<Gauge, 1> = Family {
-    name: "captf_lock_exporter_build_info",
-    help: "Build information (always 1).",
-    labels: ["version"],
-    kind: PhantomData,
-};
-const WATCH_UP: Family<Gauge, 1> = Family {
-    name: "captf_lock_exporter_watch_up",
-    help: "1 while every watch of the resource has listed once and its last request succeeded.",
-    labels: ["resource"],
-    kind: PhantomData,
-};
-const WATCH_LAST_SUCCESS: Family<Gauge, 1> = Family {
-    name: "captf_lock_exporter_watch_last_success_timestamp_seconds",
-    help: "Unix time of the last successful request (list, watch start, event or bookmark) of the resource, oldest across namespaces: how old its data may be.",
-    labels: ["resource"],
-    kind: PhantomData,
-};
+const HELD_PER_CLASS: Family = gauge(
+    "captf_state_locks_held",
+    "Held state locks per holder class.",
+    &["class"],
+);
+const BUILD_INFO: Family = gauge(
+    "captf_lock_exporter_build_info",
+    "Build information (always 1).",
+    &["version"],
+);
+const WATCH_UP: Family = gauge(
+    "captf_lock_exporter_watch_up",
+    "1 while every watch of the resource has listed once and its last request succeeded.",
+    &["resource"],
+);
+const WATCH_LAST_SUCCESS: Family = gauge(
+    "captf_lock_exporter_watch_last_success_timestamp_seconds",
+    "Unix time of the last successful request (list, watch start, event or bookmark) of the resource, oldest across namespaces: how old its data may be.",
+    &["resource"],
+);
 
-/// The (namespace, kind, name) label values every per-object series starts
-/// with, so that they join with CAPTF's own metrics.
-trait ObjectKey {
-    fn key(&self) -> [&str; 3];
+pub(super) fn flag(b: bool) -> Sample {
+    Sample::Float(if b { 1.0 } else { 0.0 })
 }
 
-impl ObjectKey for LockRow {
-    fn key(&self) -> [&str; 3] {
-        [&self.ns, self.kind, &self.name]
+/// The overview families: held locks per class (all five, 0 included)
+/// and build_info. Gauges: the same bytes in both formats.
+pub(super) fn overview(per_class: &[(HolderClass, u64); 5], version: &str) -> Vec<u8> {
+    let mut out = HELD_PER_CLASS.header(Format::OpenMetrics).into_bytes();
+    for (class, n) in per_class {
+        HELD_PER_CLASS.line(&mut out, &[class.as_str()], Sample::Float(*n as f64));
     }
+    out.extend_from_slice(BUILD_INFO.header(Format::OpenMetrics).as_bytes());
+    BUILD_INFO.line(&mut out, &[version], Sample::Float(1.0));
+    out
 }
 
-impl ObjectKey for ObjectRow {
-    fn key(&self) -> [&str; 3] {
-        [&self.ns, self.kind, &self.name]
-    }
-}
-
-impl ObjectKey for FuRow {
-    fn key(&self) -> [&str; 3] {
-        [&self.ns, &self.kind, &self.name]
-    }
-}
-
-fn flag(b: bool) -> f64 {
-    if b {
-        1.0
-    } else {
-        0.0
-    }
-}
-
-/// 7.1: the series of every held lock (ages only when asked for).
-pub(super) fn encode_locks(
-    enc: &mut DescriptorEncoder<'_>,
-    held: &[LockRow],
-    exposition: super::Exposition,
-) -> fmt::Result {
-    LOCK_INFO.encode(
-        enc,
-        held.iter().map(|r| {
-            let [ns, kind, name] = r.key();
-            let values = [
-                ns,
-                kind,
-                name,
-                r.class.as_str(),
-                &r.operation,
-                &r.holder,
-                &r.lock_id,
-                &r.version,
-            ];
-            (values, 1.0)
-        }),
-    )?;
-    LOCK_ACQUIRED.encode(
-        enc,
-        held.iter().map(|r| {
-            let [ns, kind, name] = r.key();
-            ([ns, kind, name, r.class.as_str(), r.age_source], r.base)
-        }),
-    )?;
-    if exposition.lock_age {
-        LOCK_AGE.encode(
-            enc,
-            held.iter().map(|r| {
-                let [ns, kind, name] = r.key();
-                ([ns, kind, name, r.class.as_str(), r.age_source], r.age)
-            }),
-        )?;
-    }
-    LOCK_CREATED.encode(
-        enc,
-        held.iter().filter_map(|r| r.created.map(|c| (r.key(), c))),
-    )?;
-    LOCK_OVERDUE.encode(
-        enc,
-        held.iter().map(|r| {
-            let [ns, kind, name] = r.key();
-            ([ns, kind, name, r.class.as_str()], flag(r.overdue))
-        }),
-    )
-}
-
-/// 7.2: the series of every known object, held or not.
-pub(super) fn encode_objects(
-    enc: &mut DescriptorEncoder<'_>,
-    objects: &[ObjectRow],
-) -> fmt::Result {
-    HELD.encode(enc, objects.iter().map(|r| (r.key(), flag(r.held))))?;
-    TIMEOUT.encode(enc, objects.iter().map(|r| (r.key(), r.timeout as f64)))?;
-    DEADLINE.encode(enc, objects.iter().map(|r| (r.key(), r.deadline as f64)))?;
-    encode_captf(enc, objects)
-}
-
-/// 7.2: CAPTF's own verdict beside ours, and what keeps a lock waiting.
-fn encode_captf(enc: &mut DescriptorEncoder<'_>, objects: &[ObjectRow]) -> fmt::Result {
-    CAPTF_CONDITION.encode(
-        enc,
-        objects.iter().filter_map(|r| {
-            let (status, reason) = r.condition?;
-            let [ns, kind, name] = r.key();
-            Some(([ns, kind, name, status, reason], 1.0))
-        }),
-    )?;
-    VERDICT_MISMATCH.encode(enc, objects.iter().map(|r| (r.key(), flag(r.mismatch))))?;
-    JOB_ACTIVE.encode(
-        enc,
-        objects
-            .iter()
-            .filter(|r| r.job_active)
-            .map(|r| (r.key(), 1.0)),
-    )?;
-    PLAN_PENDING.encode(
-        enc,
-        objects.iter().flat_map(|r| {
-            let [ns, kind, name] = r.key();
-            r.plans
-                .iter()
-                .map(move |p| ([ns, kind, name, p.as_str()], 1.0))
-        }),
-    )
-}
-
-/// 7.2: force-unlock counters and when the last one was seen.
-pub(super) fn encode_force_unlocks(enc: &mut DescriptorEncoder<'_>, rows: &[FuRow]) -> fmt::Result {
-    // Every known object has a counter from the start (at 0), so the
-    // first force-unlock is an increase Prometheus can see.
-    FORCE_UNLOCKS.encode(enc, rows.iter().map(|r| (r.key(), r.fu.total)))?;
-    LAST_FORCE_UNLOCK.encode(
-        enc,
-        rows.iter()
-            .filter_map(|r| r.fu.last_seen.map(|t| (r.key(), t))),
-    )
-}
-
-/// 7.3 and build_info: held locks per class (all five, 0 included).
-pub(super) fn encode_overview(
-    enc: &mut DescriptorEncoder<'_>,
-    per_class: &[(HolderClass, u64); 5],
-    version: &str,
-) -> fmt::Result {
-    HELD_PER_CLASS.encode(
-        enc,
-        per_class.iter().map(|(c, n)| ([c.as_str()], *n as f64)),
-    )?;
-    BUILD_INFO.encode(enc, [([version], 1.0)])
-}
-
-/// 7.4: the gauges of watch health, for every watched resource.
-pub(super) fn encode_watch_health(enc: &mut DescriptorEncoder<'_>, health: &Health) -> fmt::Result {
+/// The health part, rendered per scrape: watch health for every watched
+/// resource, then the self-metric counters (prometheus-client's), then
+/// the OpenMetrics `# EOF` that ends every body.
+pub(super) fn health(health: &Health, format: Format) -> Result<Vec<u8>, std::fmt::Error> {
     let watched: Vec<Resource> = Resource::ALL
         .into_iter()
         .filter(|r| health.is_watched(*r))
         .collect();
-    WATCH_UP.encode(
-        enc,
-        watched
-            .iter()
-            .map(|r| ([r.as_str()], flag(health.watch_up(*r)))),
-    )?;
-    WATCH_LAST_SUCCESS.encode(
-        enc,
-        watched.iter().filter_map(|r| {
-            health
-                .last_success(*r)
-                .map(|t| ([r.as_str()], unix_seconds(t)))
-        }),
-    )
+    let mut out = WATCH_UP.header(format).into_bytes();
+    for r in &watched {
+        WATCH_UP.line(&mut out, &[r.as_str()], flag(health.watch_up(*r)));
+    }
+    out.extend_from_slice(WATCH_LAST_SUCCESS.header(format).as_bytes());
+    for r in &watched {
+        if let Some(t) = health.last_success(*r) {
+            let t = Sample::Float(unix_seconds(t));
+            WATCH_LAST_SUCCESS.line(&mut out, &[r.as_str()], t);
+        }
+    }
+    let mut registry = Registry::default();
+    health.register_counters(&mut registry);
+    let mut text = String::with_capacity(4096);
+    match format {
+        Format::OpenMetrics => {
+            prometheus_client::encoding::text::encode_registry(&mut text, &registry)?;
+            prometheus_client::encoding::text::encode_eof(&mut text)?;
+        }
+        Format::Prometheus => {
+            prometheus_client::encoding::prometheus_text::encode(&mut text, &registry)?
+        }
+    }
+    out.extend_from_slice(text.as_bytes());
+    Ok(out)
 }

@@ -1,43 +1,35 @@
-//! `/metrics`: metric families generated from the index at scrape time.
+//! `/metrics`: metric families rendered from the index, lock key by lock
+//! key, as kube-state-metrics does it, kept in 16 buckets so that a change
+//! renders one again.
 //!
 //! Nothing here talks to the API server. Label sets are closed: classes,
 //! resources, reasons and results are fixed enums, and every value taken
 //! from lock-info is capped when it enters the index.
 //!
-//! `cache` keeps the newest complete body per format (plain and gzip),
-//! rendered beside the scrapes by one task when the index changes and
-//! shared by every scrape, which never waits on a render; `parts` renders
-//! its two parts, and [`render_at`] is the uncached encoder that gives the
-//! same bytes; `buckets` renders the index part in buckets, each only when
-//! its rows changed, and `gzip_parts` joins parts compressed at different
-//! times into one gzip stream. `body` holds what a scrape is sent: the
-//! content coding negotiated from `Accept-Encoding` and the [`Body`] with
-//! its [`Frames`]. `snapshot` copies what a render needs out of the index
-//! under one short read lock; `families` declares every family once and
-//! encodes the snapshot. The self-metric counters live in
-//! [`crate::health::Health`] as prometheus-client counters and are
-//! registered beside the collector.
+//! `families` declares every family once and writes its lines; `render`
+//! writes one lock key's lines; `store` keeps every bucket's lines per
+//! family, plain or compressed (`gzip`); `serve` publishes the newest
+//! snapshot to the scrapes; `body` is what a scrape is sent. [`render_at`]
+//! is the same store rendered from scratch. The self-metric counters live
+//! in [`crate::health::Health`] as prometheus-client counters, encoded at
+//! the end of every body.
 
 mod body;
-pub(crate) mod buckets;
-mod cache;
 mod families;
-mod gzip_parts;
-mod parts;
-mod snapshot;
+mod gzip;
+mod render;
+mod serve;
+mod store;
 
 #[cfg(test)]
-mod incremental_tests;
+mod tests;
 
-pub use body::{AcceptEncoding, Body, Frames};
-pub use cache::{ScrapeCache, ScrapeError, DEBOUNCE, HEALTH_EVERY};
+pub use body::{Body, Frames};
 pub use families::{family_docs, FamilyDoc};
+pub use serve::{ScrapeCache, ScrapeError, AGES_EVERY};
 
 use std::sync::Arc;
 use std::time::SystemTime;
-
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::DescriptorEncoder;
 
 use crate::shared::Shared;
 
@@ -57,17 +49,6 @@ pub enum Format {
 }
 
 impl Format {
-    /// Picks the format from an Accept header: OpenMetrics unless the
-    /// client asks for text/plain without offering OpenMetrics.
-    pub fn negotiate(accept: Option<&str>) -> Format {
-        match accept {
-            Some(a) if !a.contains("application/openmetrics-text") && a.contains("text/plain") => {
-                Format::Prometheus
-            }
-            _ => Format::OpenMetrics,
-        }
-    }
-
     /// The response content type.
     pub fn content_type(self) -> &'static str {
         match self {
@@ -91,8 +72,8 @@ pub fn render(shared: &Arc<Shared>, format: Format) -> Result<String, std::fmt::
 }
 
 /// Renders every default metric family in `format` at `now`, so that tests
-/// get a deterministic exposition. Uncached: `/metrics` answers from
-/// [`ScrapeCache`], which renders in parts and gives the same bytes.
+/// get a deterministic exposition: a store rendered from scratch, sent as
+/// a scrape would be.
 pub fn render_at(
     shared: &Arc<Shared>,
     format: Format,
@@ -101,35 +82,16 @@ pub fn render_at(
     render_with(shared, format, now, Exposition::default())
 }
 
-/// [`render_at`] with the optional families of `exposition`: the index
-/// part rendered from scratch (every bucket), then the health part.
+/// [`render_at`] with the optional families of `exposition`.
 pub fn render_with(
     shared: &Arc<Shared>,
     format: Format,
     now: SystemTime,
     exposition: Exposition,
 ) -> Result<String, std::fmt::Error> {
-    // Never compact: this render is the plain text the cached bodies are
-    // compared with.
-    let mut index = buckets::IndexRender::new(format, exposition)?.with_plain_limit(usize::MAX);
-    index.update(shared, now)?;
-    let mut out = String::with_capacity(64 * 1024);
-    for chunk in index.chunks().ok_or(std::fmt::Error)? {
-        out.push_str(std::str::from_utf8(&chunk).map_err(|_| std::fmt::Error)?);
-    }
-    out.push_str(&parts::render_health(shared, format)?);
-    Ok(out)
-}
-
-/// Watch health, computed at render time (the self-metric counters are
-/// registered beside it).
-#[derive(Debug)]
-struct LockCollector {
-    shared: Arc<Shared>,
-}
-
-impl Collector for LockCollector {
-    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        families::encode_watch_health(&mut enc, &self.shared.health)
-    }
+    let mut store = store::Store::new(exposition);
+    store.update(shared, now, false);
+    let health = families::health(&shared.health, format)?;
+    let body = Body::plain(&store.snapshot(), format, health.into());
+    String::from_utf8(body.to_bytes().to_vec()).map_err(|_| std::fmt::Error)
 }

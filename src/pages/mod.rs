@@ -164,7 +164,7 @@ pub fn locks_page(shared: &Shared, query: &str) -> String {
         o,
         "<h1>Held state locks</h1><p>captf-lock-exporter {} &middot; ready: {} &middot; lock Leases: {}, objects: {}, runner pods cached: {} &middot; \
          <a href=\"/metrics\">/metrics</a> <a href=\"/readyz\">/readyz</a></p>",
-        escape(shared.version),
+        escape(crate::VERSION),
         shared.health.ready(),
         sizes.0,
         sizes.1,

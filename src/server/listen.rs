@@ -259,20 +259,41 @@ async fn slot(
     }
 }
 
-/// [`serve_with`] with the page-render bound given (tests watch it).
+/// [`serve_with`] with the page-render bound given (tests watch it). The
+/// cache's refresher runs beside the accept loop, in this task.
 async fn serve_limited<L: Listener>(
-    mut listener: L,
+    listener: L,
     shared: Arc<Shared>,
     cache: Arc<ScrapeCache>,
     pages: Arc<Semaphore>,
     config: Config,
     endpoint: Endpoint,
+    shutdown: watch::Receiver<bool>,
+) {
+    let refresh = cache.clone().refresh();
+    let app = App {
+        shared,
+        cache,
+        pages,
+        guard: endpoint.guard,
+    };
+    tokio::select! {
+        () = accept_loop(listener, app, endpoint.transport, config, shutdown) => {}
+        () = refresh => tracing::error!("the exposition stopped being rendered"),
+    }
+}
+
+async fn accept_loop<L: Listener>(
+    mut listener: L,
+    app: App,
+    transport: Transport,
+    config: Config,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let max = config.max_connections.clamp(1, Semaphore::MAX_PERMITS);
     let slots = Arc::new(Semaphore::new(max));
     let open = Slots::new();
-    let tls = match &endpoint.transport {
+    let tls = match &transport {
         Transport::Plain => None,
         Transport::Tls(certs) => match certs.server_config() {
             Ok(c) => Some(tokio_rustls::TlsAcceptor::from(c)),
@@ -284,12 +305,7 @@ async fn serve_limited<L: Listener>(
             }
         },
     };
-    let app = Arc::new(App {
-        shared,
-        cache,
-        pages,
-        guard: endpoint.guard,
-    });
+    let app = Arc::new(app);
     let mut backoff = AcceptBackoff::default();
     loop {
         let accepted = tokio::select! {

@@ -12,6 +12,7 @@ pub mod auth;
 mod deadline;
 mod episode;
 mod listen;
+mod negotiate;
 mod observed;
 mod slots;
 pub mod tls;
@@ -36,9 +37,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::health::NotUp;
-use crate::metrics::{render, AcceptEncoding, Body, Format, ScrapeCache};
+use crate::metrics::{render, Body, ScrapeCache};
 use crate::shared::Shared;
 use auth::{Guard, Refusal};
+use negotiate::AcceptEncoding;
 
 /// Errors of the admin server.
 #[derive(Debug, thiserror::Error)]
@@ -93,7 +95,7 @@ pub fn handle(
     }
     match path {
         "/metrics" => {
-            let format = Format::negotiate(accept);
+            let format = negotiate::format(accept);
             match render(shared, format) {
                 Ok(body) => reply(StatusCode::OK, format.content_type(), body),
                 Err(_) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, "encoding failed\n"),
@@ -222,9 +224,9 @@ pub async fn respond(
             .to_owned();
         let accept = header(ACCEPT).map(str::to_owned);
         if req.uri().path() == "/metrics" && (method == Method::GET || method == Method::HEAD) {
-            let format = Format::negotiate(accept.as_deref());
+            let format = negotiate::format(accept.as_deref());
             let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
-            return match cache.body(format, encoding).await {
+            return match cache.body(format, encoding == AcceptEncoding::Gzip).await {
                 Ok(body) => {
                     let mut r = chunked(StatusCode::OK, format.content_type(), &body);
                     let h = r.headers_mut();

@@ -1,0 +1,177 @@
+//! The store against a render from scratch: after every change of a
+//! random sequence (every resource, deletes, clock-driven flips), the
+//! store that re-rendered only the keys the index named gives the same
+//! body as one rendered from scratch (a write that forgets to name what it
+//! moved fails here), and its gzip body is the plain one; a change
+//! re-renders its bucket alone; the scrape cache publishes changes.
+
+use std::io::Read as _;
+use std::time::{Duration, SystemTime};
+
+use super::store::{bucket_of, Store};
+use super::{families, render_with, Body, Exposition, Format, ScrapeCache};
+use crate::core::kind::Kind;
+use crate::index::fixtures::random::{change, lease, names, object, Rng, KINDS, NS};
+use crate::index::{IndexResource, LockKey, ObjectKey};
+use crate::shared::Shared;
+
+/// The first differing lines of two expositions, for a failure message.
+fn first_difference(a: &[u8], b: &[u8]) -> String {
+    let (a, b) = (String::from_utf8_lossy(a), String::from_utf8_lossy(b));
+    let d: Vec<_> = a
+        .lines()
+        .zip(b.lines())
+        .filter(|(x, y)| x != y)
+        .take(2)
+        .collect();
+    format!(
+        "{d:?} (lines: {} vs {})",
+        a.lines().count(),
+        b.lines().count()
+    )
+}
+
+/// The plain body of a store as it is now.
+fn body_of(store: &Store, shared: &Shared) -> Vec<u8> {
+    let health = super::families::health(&shared.health, Format::OpenMetrics).expect("encodes");
+    let body = Body::plain(&store.snapshot(), Format::OpenMetrics, health.into());
+    let bytes = body.to_bytes().to_vec();
+    assert_eq!(body.len(), bytes.len(), "Content-Length is the body's");
+    bytes
+}
+
+fn take(sink: &std::sync::Mutex<crate::index::Changes>) -> crate::index::Changes {
+    sink.lock().map(|mut c| c.take()).expect("unpoisoned")
+}
+
+#[test]
+fn the_store_equals_a_render_from_scratch_after_every_change() {
+    for seed in 1..=4u64 {
+        let (shared, _rx) = Shared::new();
+        shared.write(|ix, _| ix.set_verdict_grace(Duration::from_secs(1)));
+        let sink = shared.changes();
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let start = SystemTime::now();
+        // Odd seeds keep the text compressed only, as past 16 MiB.
+        let limit = if seed % 2 == 1 { 1 } else { usize::MAX };
+        let mut store = Store::new(Exposition::default()).with_plain_limit(limit);
+        for step in 0..400 {
+            // Fixed render time per step, ahead of every write's clock.
+            let at = start + Duration::from_secs(3600 + step);
+            shared.write(|ix, now| change(&mut rng, ix, now, at));
+            store.note(&take(&sink));
+            store.update(&shared, at, true);
+            let whole = render_with(&shared, Format::OpenMetrics, at, Exposition::default())
+                .expect("renders");
+            let a = body_of(&store, &shared);
+            let b = whole.as_bytes();
+            assert!(
+                a == b,
+                "seed {seed}, step {step}: {}",
+                first_difference(&a, b)
+            );
+            let health = families::health(&shared.health, Format::OpenMetrics).expect("renders");
+            let gz = Body::gzip(&store.snapshot(), Format::OpenMetrics, &health);
+            let gz = gz.expect("compressed").to_bytes();
+            let mut unzipped = Vec::new();
+            let read = flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut unzipped);
+            assert!(read.is_ok(), "seed {seed}, step {step}: {read:?}");
+            assert!(unzipped == b, "seed {seed}, step {step}: gzip");
+            let plain_kept = store.snapshot().buckets.iter().any(|b| b.lines.is_some());
+            assert_eq!(plain_kept, limit == usize::MAX, "seed {seed}, step {step}");
+        }
+    }
+}
+
+#[test]
+fn a_change_re_renders_its_bucket_alone() {
+    let (shared, _rx) = Shared::new();
+    let sink = shared.changes();
+    let mut rng = Rng(7);
+    let now = SystemTime::now();
+    shared.write(|ix, now| {
+        for (ns, kind) in NS.iter().flat_map(|ns| KINDS.map(|k| (*ns, k))) {
+            for name in names(kind) {
+                let obj = object(&mut rng, kind, &name);
+                ix.apply((kind, ObjectKey::new(ns, &name)), obj, now);
+            }
+        }
+    });
+    let mut store = Store::new(Exposition::default());
+    store.note(&take(&sink));
+    let first = store.update(&shared, now, false);
+    assert_eq!(first.keys, 24, "the first update renders every key");
+    assert_eq!(first.compressed, 0, "no gzip asked for");
+    let (key, l) = lease(&mut rng, "ns-a", Kind::TerraformMachine, "m1");
+    shared.write(|ix, now| ix.apply(key, l, now));
+    let changes = take(&sink);
+    let changed: Vec<LockKey> = changes.keys().cloned().collect();
+    let [changed] = &changed[..] else {
+        panic!("one key changed: {changed:?}");
+    };
+    let mut in_bucket = 0;
+    shared.read(|ix| {
+        ix.for_each_shown_key(|k| in_bucket += usize::from(bucket_of(k) == bucket_of(changed)));
+    });
+    store.note(&changes);
+    let done = store.update(&shared, now, true);
+    assert_eq!(
+        (done.buckets, done.keys),
+        (1, in_bucket),
+        "its bucket alone"
+    );
+    assert_eq!(
+        done.compressed, 16,
+        "gzip asked for: every bucket compressed once"
+    );
+    assert_eq!(store.update(&shared, now, true).compressed, 0);
+    // In its place: as a render from scratch.
+    let whole = render_with(&shared, Format::OpenMetrics, now, Exposition::default());
+    let whole = whole.expect("renders");
+    let body = body_of(&store, &shared);
+    assert!(
+        body == whole.as_bytes(),
+        "{}",
+        first_difference(&body, whole.as_bytes())
+    );
+}
+
+#[tokio::test]
+async fn the_cache_publishes_changes_and_gzip_is_the_plain_body() {
+    let (shared, _rx) = Shared::new();
+    let cache = ScrapeCache::new(shared.clone());
+    let refresher = tokio::spawn(cache.clone().refresh());
+    let text = |b: Body| String::from_utf8(b.to_bytes().to_vec()).expect("utf-8");
+    let plain = cache.body(Format::OpenMetrics, false).await;
+    assert!(!text(plain.expect("a body")).contains("name=\"m1\""));
+    let mut rng = Rng(3);
+    let obj = object(&mut rng, Kind::TerraformMachine, "m1");
+    let key = (Kind::TerraformMachine, ObjectKey::new("ns-a", "m1"));
+    shared.write(|ix, now| ix.apply(key, obj, now));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let plain = loop {
+        let body = cache.body(Format::OpenMetrics, false).await;
+        let body = text(body.expect("a body"));
+        if body.contains("captf_state_lock_held{namespace=\"ns-a\"") {
+            break body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the change never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    // The first gzip scrape waits for a compression of the current state.
+    let gz = cache.body(Format::OpenMetrics, true).await;
+    let gz = gz.expect("a gzip body").to_bytes();
+    let mut unzipped = String::new();
+    let read = flate2::read::GzDecoder::new(&gz[..]).read_to_string(&mut unzipped);
+    assert!(read.is_ok(), "{read:?}");
+    assert!(
+        unzipped == plain,
+        "{}",
+        first_difference(unzipped.as_bytes(), plain.as_bytes())
+    );
+    assert_eq!(cache.compressions(), 1, "one compression of every bucket");
+    refresher.abort();
+}
