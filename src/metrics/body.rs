@@ -26,9 +26,16 @@ fn headers(format: Format) -> &'static [(Bytes, Piece)] {
     &HEADERS[usize::from(format == Format::Prometheus)]
 }
 
-/// Everything of a gzip body in `format` but the health part, from the
-/// snapshot's compressed buckets (None when it has none yet).
-fn gzip_head(snapshot: &Snapshot, format: Format) -> Option<gzip::Head> {
+/// Everything of a gzip body in `format` but the health part, made once
+/// per snapshot (the refresher makes it before it publishes the snapshot,
+/// so that no scrape waits for it); None when the snapshot is not
+/// compressed.
+pub(super) fn gzip_head(snapshot: &Snapshot, format: Format) -> &Option<gzip::Head> {
+    let slot = &snapshot.gzip_heads[usize::from(format == Format::Prometheus)];
+    slot.get_or_init(|| make_gzip_head(snapshot, format))
+}
+
+fn make_gzip_head(snapshot: &Snapshot, format: Format) -> Option<gzip::Head> {
     let mut pieces = Vec::with_capacity(KEY_FAMILIES.len() * (BUCKETS + 1) + 1);
     for (f, (_, header)) in headers(format).iter().enumerate() {
         if shown(f, snapshot.exposition) {
@@ -95,8 +102,7 @@ impl Body {
     /// The same body gzip-compressed, from the snapshot's compressed
     /// buckets (None when it has none yet).
     pub(super) fn gzip(snapshot: &Snapshot, format: Format, health: &[u8]) -> Option<Body> {
-        let slot = &snapshot.gzip_heads[usize::from(format == Format::Prometheus)];
-        let head = slot.get_or_init(|| gzip_head(snapshot, format)).as_ref()?;
+        let head = gzip_head(snapshot, format).as_ref()?;
         let chunks = head.member(health).into_iter().map(Chunk::Plain).collect();
         Some(Body {
             chunks: Arc::new(chunks),

@@ -26,7 +26,7 @@ mod tests;
 
 pub use body::{Body, Frames};
 pub use families::{family_docs, FamilyDoc};
-pub use serve::{ScrapeCache, ScrapeError, AGES_EVERY};
+pub use serve::{ScrapeCache, ScrapeError, AGES_EVERY, GATHER, HEALTH_EVERY};
 
 use std::sync::Arc;
 use std::time::SystemTime;

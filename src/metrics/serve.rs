@@ -10,13 +10,13 @@
 //! family headers of its format and a health part rendered for it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
-use super::body::Body;
+use super::body::{gzip_head, Body};
 use super::store::{Snapshot, Store};
 use super::{families, Exposition, Format};
 use crate::index::Changes;
@@ -25,6 +25,15 @@ use crate::shared::Shared;
 /// How often lock ages move (with `--export-lock-age`, every held lock's
 /// age series is rendered again this often).
 pub const AGES_EVERY: Duration = Duration::from_secs(1);
+
+/// The most a moved health value (a counter, a last success) waits to be
+/// shown: while pod reads settle or events stream, every scrape would
+/// otherwise render the health part and its gzip body again.
+pub const HEALTH_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a change waits for others before it is rendered, so that a
+/// burst (a relist, pod reads settling) costs one render, not one each.
+pub const GATHER: Duration = Duration::from_millis(50);
 
 /// Why a scrape got no body.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +44,19 @@ pub enum ScrapeError {
     /// The cache is gone.
     #[error("the exposition is not being rendered")]
     Task,
+}
+
+/// What the last scrape of a format was sent: the health part (rendered
+/// again when a health value moved, at most once per [`HEALTH_EVERY`])
+/// and the gzip body (made again for a new snapshot or health part).
+#[derive(Debug)]
+struct Last {
+    /// The health generation the part is at least as new as.
+    generation: u64,
+    /// When it was rendered.
+    at: Instant,
+    health: Bytes,
+    gzip: Option<(Weak<Snapshot>, Body)>,
 }
 
 /// The newest snapshot of the index's series.
@@ -50,9 +72,8 @@ pub struct ScrapeCache {
     gzip_wanted: AtomicBool,
     /// Wakes the refresher when a scrape or gzip is first wanted.
     wake: Notify,
-    /// Per format the health part last rendered, and the health
-    /// generation it is at least as new as.
-    health: [Mutex<Option<(u64, Bytes)>>; 2],
+    /// Per format what the last scrape was sent.
+    last: [Mutex<Option<Last>>; 2],
     renders: AtomicU64,
     compressions: AtomicU64,
 }
@@ -73,7 +94,7 @@ impl ScrapeCache {
             wanted: AtomicBool::new(false),
             gzip_wanted: AtomicBool::new(false),
             wake: Notify::new(),
-            health: Default::default(),
+            last: Default::default(),
             renders: AtomicU64::new(0),
             compressions: AtomicU64::new(0),
         })
@@ -103,29 +124,36 @@ impl ScrapeCache {
             .map_err(|_| ScrapeError::Task)?
             .clone()
             .ok_or(ScrapeError::Task)?;
-        let health = self.health_part(format)?;
-        match gzip {
-            true => Body::gzip(&snapshot, format, &health).ok_or(ScrapeError::Encode),
-            false => Ok(Body::plain(&snapshot, format, health)),
-        }
-    }
-
-    /// The health part as it is now: rendered again only when a health
-    /// value moved since the last scrape of `format`.
-    fn health_part(&self, format: Format) -> Result<Bytes, ScrapeError> {
-        let slot = &self.health[usize::from(format == Format::Prometheus)];
+        let slot = &self.last[usize::from(format == Format::Prometheus)];
         let mut last = slot.lock().unwrap_or_else(PoisonError::into_inner);
         // Read before the render: a value that moves during it renders
         // again at the next scrape, never the other way round.
         let generation = self.shared.health.generation();
-        if let Some((_, part)) = last.as_ref().filter(|(g, _)| *g == generation) {
-            return Ok(part.clone());
+        let last = match last.as_mut() {
+            Some(l) if l.generation == generation || l.at.elapsed() < HEALTH_EVERY => l,
+            _ => {
+                let health = families::health(&self.shared.health, format);
+                let health = Bytes::from(health.map_err(|_| ScrapeError::Encode)?);
+                last.insert(Last {
+                    generation,
+                    at: Instant::now(),
+                    health,
+                    gzip: None,
+                })
+            }
+        };
+        if !gzip {
+            return Ok(Body::plain(&snapshot, format, last.health.clone()));
         }
-        let part =
-            families::health(&self.shared.health, format).map_err(|_| ScrapeError::Encode)?;
-        let part = Bytes::from(part);
-        *last = Some((generation, part.clone()));
-        Ok(part)
+        let this = Arc::downgrade(&snapshot);
+        if let Some((of, body)) = &last.gzip {
+            if of.ptr_eq(&this) {
+                return Ok(body.clone());
+            }
+        }
+        let body = Body::gzip(&snapshot, format, &last.health).ok_or(ScrapeError::Encode)?;
+        last.gzip = Some((this, body.clone()));
+        Ok(body)
     }
 
     /// Keeps the snapshot current; returns only when the index's change
@@ -148,21 +176,32 @@ impl ScrapeCache {
             store.note(&noted);
             if !store.is_current(gzip) {
                 let shared = self.shared.clone();
-                let done;
-                (store, done) = blocking(move || {
+                let (done, snapshot);
+                (store, done, snapshot) = blocking(move || {
                     let mut store = store;
                     let done = store.update(&shared, SystemTime::now(), gzip);
-                    (store, done)
+                    let snapshot = store.snapshot();
+                    if gzip {
+                        for format in [Format::OpenMetrics, Format::Prometheus] {
+                            gzip_head(&snapshot, format);
+                        }
+                    }
+                    (store, done, snapshot)
                 })
                 .await;
                 self.renders
                     .fetch_add(u64::from(done.buckets > 0), Ordering::Relaxed);
                 let compressed = u64::from(done.compressed > 0);
                 self.compressions.fetch_add(compressed, Ordering::Relaxed);
-                self.snapshot.send_replace(Some(Arc::new(store.snapshot())));
+                self.snapshot.send_replace(Some(Arc::new(snapshot)));
             }
             tokio::select! {
-                changed = generation.changed() => if changed.is_err() { return },
+                changed = generation.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(GATHER).await;
+                }
                 () = self.wake.notified() => {}
                 _ = ages.tick(), if self.exposition.lock_age => {
                     // Ages move with the clock: every lock is drawn again.
