@@ -47,16 +47,18 @@ pub enum ScrapeError {
 }
 
 /// What the last scrape of a format was sent: the health part (rendered
-/// again when a health value moved, at most once per [`HEALTH_EVERY`])
-/// and the gzip body (made again for a new snapshot or health part).
+/// again for a new snapshot, or when a health value moved, at most once
+/// per [`HEALTH_EVERY`]) and the gzip body made from it.
 #[derive(Debug)]
 struct Last {
     /// The health generation the part is at least as new as.
     generation: u64,
     /// When it was rendered.
     at: Instant,
+    /// The snapshot it was rendered with, and the gzip body is of.
+    of: Weak<Snapshot>,
     health: Bytes,
-    gzip: Option<(Weak<Snapshot>, Body)>,
+    gzip: Option<Body>,
 }
 
 /// The newest snapshot of the index's series.
@@ -129,14 +131,19 @@ impl ScrapeCache {
         // Read before the render: a value that moves during it renders
         // again at the next scrape, never the other way round.
         let generation = self.shared.health.generation();
+        let this = Arc::downgrade(&snapshot);
+        // A new snapshot gets health as it is now, so that a class change
+        // and the counters that explain it come in one scrape.
+        let fresh_enough = |l: &Last| l.at.elapsed() < HEALTH_EVERY && l.of.ptr_eq(&this);
         let last = match last.as_mut() {
-            Some(l) if l.generation == generation || l.at.elapsed() < HEALTH_EVERY => l,
+            Some(l) if l.generation == generation || fresh_enough(l) => l,
             _ => {
                 let health = families::health(&self.shared.health, format);
                 let health = Bytes::from(health.map_err(|_| ScrapeError::Encode)?);
                 last.insert(Last {
                     generation,
                     at: Instant::now(),
+                    of: this.clone(),
                     health,
                     gzip: None,
                 })
@@ -145,14 +152,12 @@ impl ScrapeCache {
         if !gzip {
             return Ok(Body::plain(&snapshot, format, last.health.clone()));
         }
-        let this = Arc::downgrade(&snapshot);
-        if let Some((of, body)) = &last.gzip {
-            if of.ptr_eq(&this) {
-                return Ok(body.clone());
-            }
+        if let Some(body) = last.gzip.as_ref().filter(|_| last.of.ptr_eq(&this)) {
+            return Ok(body.clone());
         }
         let body = Body::gzip(&snapshot, format, &last.health).ok_or(ScrapeError::Encode)?;
-        last.gzip = Some((this, body.clone()));
+        last.of = this;
+        last.gzip = Some(body.clone());
         Ok(body)
     }
 
