@@ -149,7 +149,8 @@ impl Store {
         // The keys of the touched buckets, in one pass: a noted key the
         // index no longer shows is not among them, so it leaves the body.
         let mut keys: Vec<Vec<LockKey>> = vec![Vec::new(); BUCKETS];
-        if touched.contains(&true) {
+        let any = touched.contains(&true);
+        if any {
             shared.read(|ix| {
                 ix.for_each_shown_key(|k| {
                     let b = bucket_of(k);
@@ -182,7 +183,7 @@ impl Store {
                 bucket.lines = None;
             }
         }
-        if touched.contains(&true) {
+        if any {
             let per_class = shared.read(|ix| ix.held_per_class());
             self.now.overview = Bytes::from(families::overview(&per_class, crate::VERSION));
         }
