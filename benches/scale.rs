@@ -93,7 +93,7 @@ fn cached(shared: &Arc<Shared>) {
     });
 }
 
-/// The pre-cache path: every scraper renders its own copy at once.
+/// Without the cache: every scraper renders its own copy at once.
 fn uncached_concurrent(shared: &Arc<Shared>) {
     let t = Instant::now();
     std::thread::scope(|s| {

@@ -166,7 +166,7 @@ async fn until(
 }
 
 async fn readyz(shared: &Arc<Shared>) -> (u16, String) {
-    let r = handle(shared, &http::Method::GET, "/readyz", None);
+    let r = handle(shared, &http::Method::GET, "/readyz");
     let status = r.status().as_u16();
     let body = r.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&body).into_owned())

@@ -7,8 +7,8 @@ use bytes::Bytes;
 
 use super::families::{shown, Family, KEY_FAMILIES};
 use super::gzip::{self, Piece};
-use super::store::{Snapshot, BUCKETS};
-use super::Format;
+use super::store::{Bucket, Snapshot, BUCKETS};
+use super::{Exposition, Format};
 
 /// Every key family's header lines per format, plain and as a stored
 /// piece; made once.
@@ -26,28 +26,25 @@ fn headers(format: Format) -> &'static [(Bytes, Piece)] {
     &HEADERS[usize::from(format == Format::Prometheus)]
 }
 
-/// Everything of a gzip body in `format` but the health part, made once
-/// per snapshot (the refresher makes it before it publishes the snapshot,
-/// so that no scrape waits for it); None when the snapshot is not
-/// compressed.
-pub(super) fn gzip_head(snapshot: &Snapshot, format: Format) -> &Option<gzip::Head> {
-    let slot = &snapshot.gzip_heads[usize::from(format == Format::Prometheus)];
-    slot.get_or_init(|| make_gzip_head(snapshot, format))
-}
-
-fn make_gzip_head(snapshot: &Snapshot, format: Format) -> Option<gzip::Head> {
+/// Everything of a gzip body in `format` but the health part: per shown
+/// family its header and every bucket's compressed lines, then the
+/// overview. Made once per snapshot.
+pub(super) fn gzip_head(
+    buckets: &[Bucket],
+    overview: &[u8],
+    exposition: Exposition,
+    format: Format,
+) -> gzip::Head {
     let mut pieces = Vec::with_capacity(KEY_FAMILIES.len() * (BUCKETS + 1) + 1);
     for (f, (_, header)) in headers(format).iter().enumerate() {
-        if shown(f, snapshot.exposition) {
+        if shown(f, exposition) {
             pieces.push(header);
-            for bucket in &snapshot.buckets {
-                pieces.push(bucket.gzip.as_ref()?.get(f)?);
-            }
+            pieces.extend(buckets.iter().filter_map(|b| b.gzip.get(f)));
         }
     }
-    let overview = Piece::stored(&snapshot.overview, false);
+    let overview = Piece::stored(overview, false);
     pieces.push(&overview);
-    Some(gzip::Head::new(pieces))
+    gzip::Head::new(pieces)
 }
 
 /// A scrape's answer: chunks of shared bytes (a plain body: per family its
@@ -83,9 +80,9 @@ impl Body {
             if shown(f, snapshot.exposition) {
                 chunks.push(Chunk::Plain(header.clone()));
                 for bucket in &snapshot.buckets {
-                    chunks.push(match (&bucket.lines, &bucket.gzip) {
+                    chunks.push(match (&bucket.lines, bucket.gzip.get(f)) {
                         (Some(lines), _) => Chunk::Plain(lines[f].clone()),
-                        (None, Some(gzip)) => Chunk::Deflated(gzip[f].clone()),
+                        (None, Some(piece)) => Chunk::Deflated(piece.clone()),
                         (None, None) => Chunk::Plain(Bytes::new()),
                     });
                 }
@@ -100,13 +97,13 @@ impl Body {
     }
 
     /// The same body gzip-compressed, from the snapshot's compressed
-    /// buckets (None when it has none yet).
-    pub(super) fn gzip(snapshot: &Snapshot, format: Format, health: &[u8]) -> Option<Body> {
-        let head = gzip_head(snapshot, format).as_ref()?;
+    /// buckets.
+    pub(super) fn gzip(snapshot: &Snapshot, format: Format, health: &[u8]) -> Body {
+        let head = &snapshot.gzip_heads[usize::from(format == Format::Prometheus)];
         let chunks = head.member(health).into_iter().map(Chunk::Plain).collect();
-        Some(Body {
+        Body {
             chunks: Arc::new(chunks),
-        })
+        }
     }
 
     /// The bytes in order, as the server sends them: shared chunks.

@@ -26,18 +26,12 @@ mod tests;
 
 pub use body::{Body, Frames};
 pub use families::{family_docs, FamilyDoc};
-pub use serve::{ScrapeCache, ScrapeError, AGES_EVERY, GATHER, HEALTH_EVERY};
+pub use serve::{ScrapeCache, ScrapeError, AGES_EVERY, GATHER};
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::shared::Shared;
-
-/// Content type of the OpenMetrics text format.
-pub const OPENMETRICS_CONTENT_TYPE: &str =
-    "application/openmetrics-text; version=1.0.0; charset=utf-8";
-/// Content type of the Prometheus 0.0.4 text format.
-pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Exposition formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,16 +42,6 @@ pub enum Format {
     Prometheus,
 }
 
-impl Format {
-    /// The response content type.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
-            Format::Prometheus => PROMETHEUS_CONTENT_TYPE,
-        }
-    }
-}
-
 /// What the exposition includes beyond the contract's default families.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Exposition {
@@ -66,7 +50,8 @@ pub struct Exposition {
     pub lock_age: bool,
 }
 
-/// Renders every metric family in `format`.
+/// Renders every default metric family in `format` now (a store rendered
+/// from scratch: the tests' and the bench's view, not the scrapes').
 pub fn render(shared: &Arc<Shared>, format: Format) -> Result<String, std::fmt::Error> {
     render_at(shared, format, SystemTime::now())
 }
@@ -79,18 +64,8 @@ pub fn render_at(
     format: Format,
     now: SystemTime,
 ) -> Result<String, std::fmt::Error> {
-    render_with(shared, format, now, Exposition::default())
-}
-
-/// [`render_at`] with the optional families of `exposition`.
-pub fn render_with(
-    shared: &Arc<Shared>,
-    format: Format,
-    now: SystemTime,
-    exposition: Exposition,
-) -> Result<String, std::fmt::Error> {
-    let mut store = store::Store::new(exposition);
-    store.update(shared, now, false);
+    let mut store = store::Store::new(Exposition::default());
+    store.update(shared, now);
     let health = families::health(&shared.health, format)?;
     let body = Body::plain(&store.snapshot(), format, health.into());
     String::from_utf8(body.to_bytes().to_vec()).map_err(|_| std::fmt::Error)

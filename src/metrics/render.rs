@@ -33,6 +33,19 @@ impl Writer<'_> {
         self.ends[self.family] = self.buf.len();
         self.family += 1;
     }
+
+    /// The one line of the current family, which it ends.
+    fn only(&mut self, values: &[&str], sample: Sample) {
+        self.line(values, sample);
+        self.next();
+    }
+
+    /// Ends the current family and those up to `family`, without lines.
+    fn skip_to(&mut self, family: usize) {
+        while self.family < family {
+            self.next();
+        }
+    }
 }
 
 /// What a lock key's object series say.
@@ -73,7 +86,6 @@ pub(super) fn render_key(
                 (v.namespace, v.kind, v.name, object)
             }
             KeyView::Object(v) => {
-                (0..HELD_AT).for_each(|_| w.next());
                 let object = Object {
                     held: false,
                     effective: v.effective,
@@ -107,14 +119,10 @@ fn write_held(w: &mut Writer<'_>, v: &LockView<'_>, now: SystemTime, exposition:
         let base = v.lease.age_base(v.state.first_seen_held, Some(class), now);
         let overdue = flag(v.overdue(class, age));
         let (class, source) = (class.as_str(), source.as_str());
-        w.line(
-            &[ns, kind, name, class, op, holder, lock_id, version],
-            Sample::Float(1.0),
-        );
-        w.next();
+        let info = [ns, kind, name, class, op, holder, lock_id, version];
+        w.only(&info, Sample::Float(1.0));
         let base = base.map_or(0.0, |(base, _)| base);
-        w.line(&[ns, kind, name, class, source], Sample::Float(base));
-        w.next();
+        w.only(&[ns, kind, name, class, source], Sample::Float(base));
         if exposition.lock_age {
             w.line(&[ns, kind, name, class, source], Sample::Float(age));
         }
@@ -123,28 +131,21 @@ fn write_held(w: &mut Writer<'_>, v: &LockView<'_>, now: SystemTime, exposition:
             w.line(&[ns, kind, name], Sample::Float(created));
         }
         w.next();
-        w.line(&[ns, kind, name, class], overdue);
-        w.next();
-    } else {
-        (0..HELD_AT).for_each(|_| w.next());
+        w.only(&[ns, kind, name, class], overdue);
     }
 }
 
 /// The families of the lock's object, which every lock key has.
 fn write_object(w: &mut Writer<'_>, ix: &Index, key: &LockKey, shown: [&str; 3], o: &Object<'_>) {
     let [ns, kind, name] = shown;
-    w.line(&shown, flag(o.held));
-    w.next();
-    w.line(
-        &shown,
-        Sample::Float(o.effective.lock_timeout_seconds as f64),
-    );
-    w.next();
-    w.line(
-        &shown,
-        Sample::Float(o.effective.active_deadline_seconds as f64),
-    );
-    w.next();
+    w.skip_to(HELD_AT);
+    let Effective {
+        lock_timeout_seconds: timeout,
+        active_deadline_seconds: deadline,
+    } = o.effective;
+    w.only(&shown, flag(o.held));
+    w.only(&shown, Sample::Float(timeout as f64));
+    w.only(&shown, Sample::Float(deadline as f64));
     if let Some(c) = o.captf.and_then(|c| c.state_readable.as_ref()) {
         w.line(
             &[ns, kind, name, c.status.as_str(), c.reason.as_str()],
@@ -152,8 +153,7 @@ fn write_object(w: &mut Writer<'_>, ix: &Index, key: &LockKey, shown: [&str; 3],
         );
     }
     w.next();
-    w.line(&shown, flag(o.mismatch));
-    w.next();
+    w.only(&shown, flag(o.mismatch));
     if o.captf.is_some_and(|c| c.active_job) {
         w.line(&shown, Sample::Float(1.0));
     }

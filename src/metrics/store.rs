@@ -1,18 +1,18 @@
 //! Every lock key's lines, kept per bucket and family: a lock key belongs
 //! to one of [`BUCKETS`] buckets by a fixed hash, and an index change
-//! renders again the buckets of the keys it names, whole. Scrapes share an
-//! immutable [`Snapshot`] of the buffers; a plain body is sent from them
-//! as they are, a gzip body from their compressed forms.
+//! renders and compresses again the buckets of the keys it names, whole.
+//! Scrapes share an immutable [`Snapshot`] of the buffers; a plain body is
+//! sent from them as they are, a gzip body from their compressed forms.
 
-use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use bytes::Bytes;
 
+use super::body::gzip_head;
 use super::families::KEY_FAMILIES;
 use super::gzip::{Head, Piece};
 use super::render::{render_key, Ends, Shown};
-use super::{families, Exposition};
+use super::{families, Exposition, Format};
 use crate::index::{Changes, LockKey};
 use crate::shared::Shared;
 
@@ -46,23 +46,12 @@ pub(super) fn bucket_of(key: &LockKey) -> usize {
     (h % BUCKETS as u64) as usize
 }
 
-/// One bucket's lines of every family: plain, compressed (once gzip was
-/// asked for, or the text is past [`PLAIN_KEPT_UP_TO`]), or both.
+/// One bucket's lines of every family, compressed, and plain while the
+/// text is within [`PLAIN_KEPT_UP_TO`].
 #[derive(Clone, Debug, Default)]
 pub(super) struct Bucket {
     pub(super) lines: Option<Vec<Bytes>>,
-    pub(super) gzip: Option<Vec<Piece>>,
-}
-
-impl Bucket {
-    /// The length of its plain text.
-    fn text_len(&self) -> usize {
-        match (&self.lines, &self.gzip) {
-            (Some(lines), _) => lines.iter().map(Bytes::len).sum(),
-            (None, Some(gzip)) => gzip.iter().map(Piece::plain_len).sum(),
-            (None, None) => 0,
-        }
-    }
+    pub(super) gzip: Vec<Piece>,
 }
 
 /// What a body is sent from; immutable, shared by the scrapes.
@@ -71,16 +60,8 @@ pub(super) struct Snapshot {
     pub(super) buckets: Vec<Bucket>,
     pub(super) overview: Bytes,
     pub(super) exposition: Exposition,
-    /// Per format, what every gzip body of this snapshot starts with:
-    /// made by the first gzip scrape of the format.
-    pub(super) gzip_heads: [OnceLock<Option<Head>>; 2],
-}
-
-impl Snapshot {
-    /// Whether every bucket has its compressed form.
-    pub(super) fn has_gzip(&self) -> bool {
-        self.buckets.iter().all(|b| b.gzip.is_some())
-    }
+    /// Per format, what every gzip body of this snapshot starts with.
+    pub(super) gzip_heads: [Head; 2],
 }
 
 /// What one [`Store::update`] did.
@@ -90,14 +71,14 @@ pub(super) struct Updated {
     pub(super) buckets: usize,
     /// Keys rendered in them.
     pub(super) keys: usize,
-    /// Buckets compressed.
-    pub(super) compressed: usize,
 }
 
 /// The lines of every key, kept current from the index's changes.
 #[derive(Debug)]
 pub(super) struct Store {
-    now: Snapshot,
+    buckets: Vec<Bucket>,
+    overview: Bytes,
+    exposition: Exposition,
     pending: Changes,
     plain_limit: usize,
 }
@@ -105,17 +86,10 @@ pub(super) struct Store {
 impl Store {
     /// An empty store; its first update renders every key.
     pub(super) fn new(exposition: Exposition) -> Store {
-        let empty = Bucket {
-            lines: Some(vec![Bytes::new(); KEY_FAMILIES.len()]),
-            gzip: None,
-        };
         Store {
-            now: Snapshot {
-                buckets: vec![empty; BUCKETS],
-                overview: Bytes::new(),
-                exposition,
-                gzip_heads: Default::default(),
-            },
+            buckets: vec![Bucket::default(); BUCKETS],
+            overview: Bytes::new(),
+            exposition,
             pending: Changes::everything(),
             plain_limit: PLAIN_KEPT_UP_TO,
         }
@@ -133,14 +107,14 @@ impl Store {
         self.pending.merge(changes);
     }
 
-    /// Whether the snapshot is current (and compressed, when `gzip`).
-    pub(super) fn is_current(&self, gzip: bool) -> bool {
-        self.pending.is_empty() && (!gzip || self.now.has_gzip())
+    /// Whether no change waits to be rendered.
+    pub(super) fn is_current(&self) -> bool {
+        self.pending.is_empty()
     }
 
-    /// Renders again, at `now`, every bucket holding a noted key, and
-    /// compresses the buckets without a compressed form when `gzip`.
-    pub(super) fn update(&mut self, shared: &Shared, now: SystemTime, gzip: bool) -> Updated {
+    /// Renders and compresses again, at `now`, every bucket holding a
+    /// noted key.
+    pub(super) fn update(&mut self, shared: &Shared, now: SystemTime) -> Updated {
         let changes = self.pending.take();
         let mut touched = [changes.all(); BUCKETS];
         for key in changes.keys() {
@@ -160,41 +134,43 @@ impl Store {
                 });
             });
         }
-        let exposition = self.now.exposition;
         let mut done = Updated::default();
         for (b, keys) in keys.into_iter().enumerate() {
             if touched[b] {
                 done.buckets += 1;
                 done.keys += keys.len();
-                self.now.buckets[b] = Bucket {
-                    lines: Some(render_bucket(shared, &keys, now, exposition)),
-                    gzip: None,
+                let lines = render_bucket(shared, &keys, now, self.exposition);
+                let gzip = compress(&lines);
+                self.buckets[b] = Bucket {
+                    lines: Some(lines),
+                    gzip,
                 };
             }
         }
-        let text: usize = self.now.buckets.iter().map(Bucket::text_len).sum();
-        let compact = text > self.plain_limit;
-        for bucket in &mut self.now.buckets {
-            if let (Some(lines), None, true) = (&bucket.lines, &bucket.gzip, gzip || compact) {
-                bucket.gzip = Some(compress(lines));
-                done.compressed += 1;
-            }
-            if compact && bucket.gzip.is_some() {
-                bucket.lines = None;
-            }
+        let text: usize = self
+            .buckets
+            .iter()
+            .flat_map(|b| &b.gzip)
+            .map(Piece::plain_len)
+            .sum();
+        if text > self.plain_limit {
+            self.buckets.iter_mut().for_each(|b| b.lines = None);
         }
         if any {
             let per_class = shared.read(|ix| ix.held_per_class());
-            self.now.overview = Bytes::from(families::overview(&per_class, crate::VERSION));
+            self.overview = Bytes::from(families::overview(&per_class, crate::VERSION));
         }
         done
     }
 
     /// The lines as they are now, for scrapes to share.
     pub(super) fn snapshot(&self) -> Snapshot {
+        let head = |format| gzip_head(&self.buckets, &self.overview, self.exposition, format);
         Snapshot {
-            gzip_heads: Default::default(),
-            ..self.now.clone()
+            buckets: self.buckets.clone(),
+            overview: self.overview.clone(),
+            exposition: self.exposition,
+            gzip_heads: [head(Format::OpenMetrics), head(Format::Prometheus)],
         }
     }
 }

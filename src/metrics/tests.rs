@@ -9,7 +9,7 @@ use std::io::Read as _;
 use std::time::{Duration, SystemTime};
 
 use super::store::{bucket_of, Store};
-use super::{families, render_with, Body, Exposition, Format, ScrapeCache};
+use super::{families, render_at, Body, Exposition, Format, ScrapeCache};
 use crate::core::kind::Kind;
 use crate::index::fixtures::random::{change, lease, names, object, Rng, KINDS, NS};
 use crate::index::{IndexResource, LockKey, ObjectKey};
@@ -60,9 +60,8 @@ fn the_store_equals_a_render_from_scratch_after_every_change() {
             let at = start + Duration::from_secs(3600 + step);
             shared.write(|ix, now| change(&mut rng, ix, now, at));
             store.note(&take(&sink));
-            store.update(&shared, at, true);
-            let whole = render_with(&shared, Format::OpenMetrics, at, Exposition::default())
-                .expect("renders");
+            store.update(&shared, at);
+            let whole = render_at(&shared, Format::OpenMetrics, at).expect("renders");
             let a = body_of(&store, &shared);
             let b = whole.as_bytes();
             assert!(
@@ -71,8 +70,7 @@ fn the_store_equals_a_render_from_scratch_after_every_change() {
                 first_difference(&a, b)
             );
             let health = families::health(&shared.health, Format::OpenMetrics).expect("renders");
-            let gz = Body::gzip(&store.snapshot(), Format::OpenMetrics, &health);
-            let gz = gz.expect("compressed").to_bytes();
+            let gz = Body::gzip(&store.snapshot(), Format::OpenMetrics, &health).to_bytes();
             let mut unzipped = Vec::new();
             let read = flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut unzipped);
             assert!(read.is_ok(), "seed {seed}, step {step}: {read:?}");
@@ -99,9 +97,8 @@ fn a_change_re_renders_its_bucket_alone() {
     });
     let mut store = Store::new(Exposition::default());
     store.note(&take(&sink));
-    let first = store.update(&shared, now, false);
+    let first = store.update(&shared, now);
     assert_eq!(first.keys, 24, "the first update renders every key");
-    assert_eq!(first.compressed, 0, "no gzip asked for");
     let (key, l) = lease(&mut rng, "ns-a", Kind::TerraformMachine, "m1");
     shared.write(|ix, now| ix.apply(key, l, now));
     let changes = take(&sink);
@@ -114,19 +111,15 @@ fn a_change_re_renders_its_bucket_alone() {
         ix.for_each_shown_key(|k| in_bucket += usize::from(bucket_of(k) == bucket_of(changed)));
     });
     store.note(&changes);
-    let done = store.update(&shared, now, true);
+    let done = store.update(&shared, now);
     assert_eq!(
         (done.buckets, done.keys),
         (1, in_bucket),
         "its bucket alone"
     );
-    assert_eq!(
-        done.compressed, 16,
-        "gzip asked for: every bucket compressed once"
-    );
-    assert_eq!(store.update(&shared, now, true).compressed, 0);
+    assert_eq!(store.update(&shared, now).buckets, 0, "nothing noted since");
     // In its place: as a render from scratch.
-    let whole = render_with(&shared, Format::OpenMetrics, now, Exposition::default());
+    let whole = render_at(&shared, Format::OpenMetrics, now);
     let whole = whole.expect("renders");
     let body = body_of(&store, &shared);
     assert!(
@@ -161,7 +154,6 @@ async fn the_cache_publishes_changes_and_gzip_is_the_plain_body() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
-    // The first gzip scrape waits for a compression of the current state.
     let gz = cache.body(Format::OpenMetrics, true).await;
     let gz = gz.expect("a gzip body").to_bytes();
     let mut unzipped = String::new();
@@ -172,6 +164,5 @@ async fn the_cache_publishes_changes_and_gzip_is_the_plain_body() {
         "{}",
         first_difference(unzipped.as_bytes(), plain.as_bytes())
     );
-    assert_eq!(cache.compressions(), 1, "one compression of every bucket");
     refresher.abort();
 }

@@ -37,7 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::health::NotUp;
-use crate::metrics::{render, Body, ScrapeCache};
+use crate::metrics::{Body, ScrapeCache};
 use crate::shared::Shared;
 use auth::{Guard, Refusal};
 use negotiate::AcceptEncoding;
@@ -65,14 +65,9 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
     r
 }
 
-/// Answers one request from memory, rendering `/metrics` uncached (the
-/// server answers `/metrics` from [`ScrapeCache`] instead, see [`respond`]).
-pub fn handle(
-    shared: &Arc<Shared>,
-    method: &Method,
-    path: &str,
-    accept: Option<&str>,
-) -> Response<Full<Bytes>> {
+/// Answers one request but `/metrics` from memory: the pages and probes
+/// (the server answers `/metrics` from [`ScrapeCache`], see [`respond`]).
+pub fn handle(shared: &Arc<Shared>, method: &Method, path: &str) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if method != Method::GET && method != Method::HEAD {
         return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "method not allowed\n");
@@ -94,13 +89,6 @@ pub fn handle(
         };
     }
     match path {
-        "/metrics" => {
-            let format = negotiate::format(accept);
-            match render(shared, format) {
-                Ok(body) => reply(StatusCode::OK, format.content_type(), body),
-                Err(_) => reply(StatusCode::INTERNAL_SERVER_ERROR, TEXT, "encoding failed\n"),
-            }
-        }
         "/healthz" | "/livez" | "/live" => reply(StatusCode::OK, TEXT, "ok\n"),
         "/readyz" | "/ready" => {
             let (status, head) = if shared.health.ready() {
@@ -228,7 +216,7 @@ pub async fn respond(
             let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
             return match cache.body(format, encoding == AcceptEncoding::Gzip).await {
                 Ok(body) => {
-                    let mut r = chunked(StatusCode::OK, format.content_type(), &body);
+                    let mut r = chunked(StatusCode::OK, negotiate::content_type(format), &body);
                     let h = r.headers_mut();
                     // Caches between us and a scraper must key on the coding.
                     h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
@@ -249,7 +237,7 @@ pub async fn respond(
         }
         if !is_page(&method, req.uri().path()) {
             // Probes and refusals read a few flags: no need for a thread hop.
-            return boxed(handle(shared, &method, &path, accept.as_deref()));
+            return boxed(handle(shared, &method, &path));
         }
         let Ok(permit) = pages.clone().try_acquire_owned() else {
             return busy();
@@ -259,7 +247,7 @@ pub async fn respond(
         // permit lives as long as the render, also when the client hangs up
         // meanwhile (the blocking task cannot be cancelled).
         let r = tokio::task::spawn_blocking(move || {
-            let r = handle(&shared, &method, &path, accept.as_deref());
+            let r = handle(&shared, &method, &path);
             drop(permit);
             r
         })
@@ -399,40 +387,40 @@ mod tests {
     #[test]
     fn routes_methods_and_negotiation() {
         let (shared, _rx) = Shared::new();
-        let get = |path: &str, accept: Option<&str>| handle(&shared, &Method::GET, path, accept);
-        assert_eq!(get("/healthz", None).status(), StatusCode::OK);
-        assert_eq!(get("/live", None).status(), StatusCode::OK);
+        let get = |path: &str| handle(&shared, &Method::GET, path);
+        assert_eq!(get("/healthz").status(), StatusCode::OK);
+        assert_eq!(get("/live").status(), StatusCode::OK);
         // No watch has listed yet.
-        assert_eq!(
-            get("/readyz", None).status(),
-            StatusCode::SERVICE_UNAVAILABLE
-        );
-        assert_eq!(get("/nope", None).status(), StatusCode::NOT_FOUND);
-        let page = get("/", None);
+        assert_eq!(get("/readyz").status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(get("/nope").status(), StatusCode::NOT_FOUND);
+        let page = get("/");
         assert_eq!(page.status(), StatusCode::OK);
         assert_eq!(content_type(&page), "text/html; charset=utf-8");
         assert!(format!("{:?}", page.body()).contains("captf-lock-exporter"));
         assert_eq!(
-            handle(&shared, &Method::POST, "/metrics", None).status(),
+            handle(&shared, &Method::POST, "/metrics").status(),
             StatusCode::METHOD_NOT_ALLOWED
         );
-        let om = get("/metrics", None);
-        assert_eq!(content_type(&om), crate::metrics::OPENMETRICS_CONTENT_TYPE);
+        let om = negotiate::content_type(negotiate::format(None));
+        assert_eq!(om, negotiate::OPENMETRICS_CONTENT_TYPE);
         // What Prometheus 2 sends: OpenMetrics preferred.
         let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
         assert_eq!(
-            content_type(&get("/metrics", Some(prom))),
-            crate::metrics::OPENMETRICS_CONTENT_TYPE
+            negotiate::content_type(negotiate::format(Some(prom))),
+            negotiate::OPENMETRICS_CONTENT_TYPE
         );
-        let text = get("/metrics", Some("text/plain; version=0.0.4"));
-        assert_eq!(content_type(&text), crate::metrics::PROMETHEUS_CONTENT_TYPE);
+        let text = negotiate::format(Some("text/plain; version=0.0.4"));
+        assert_eq!(
+            negotiate::content_type(text),
+            negotiate::PROMETHEUS_CONTENT_TYPE
+        );
         let id = shared.health.register(crate::index::Resource::Leases, "");
         shared.health.on_synced(id);
-        assert_eq!(get("/ready", None).status(), StatusCode::OK);
+        assert_eq!(get("/ready").status(), StatusCode::OK);
         shared
             .health
             .on_error(id, crate::health::ErrorReason::Timeout);
-        let after = get("/ready", None);
+        let after = get("/ready");
         assert_eq!(after.status(), StatusCode::OK, "start-up semantics only");
         let body = format!("{:?}", after.body());
         assert!(

@@ -3,6 +3,20 @@
 
 use crate::metrics::Format;
 
+/// Content type of the OpenMetrics text format.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Content type of the Prometheus 0.0.4 text format.
+pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The content type of an answer in `format`.
+pub fn content_type(format: Format) -> &'static str {
+    match format {
+        Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+        Format::Prometheus => PROMETHEUS_CONTENT_TYPE,
+    }
+}
+
 /// The format from an Accept header: OpenMetrics unless the client asks
 /// for text/plain without offering OpenMetrics.
 pub fn format(accept: Option<&str>) -> Format {
