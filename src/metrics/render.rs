@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use super::families::{flag, Sample, HELD_AT, KEY_FAMILIES};
 use super::Exposition;
 use crate::core::timeouts::Effective;
-use crate::index::{CaptfStatus, Index, KeyView, LockKey, LockView};
+use crate::index::{Index, KeyView, LockKey, LockView, ObjectRef, ObjectView};
 
 /// Where each family's lines of one key end in the buffer they were
 /// written to (family `f` of [`KEY_FAMILIES`] starts where `f - 1` ends).
@@ -48,15 +48,6 @@ impl Writer<'_> {
     }
 }
 
-/// What a lock key's object series say.
-struct Object<'a> {
-    held: bool,
-    effective: Effective,
-    captf: Option<&'a CaptfStatus>,
-    mismatch: bool,
-    plans: &'a [&'a str],
-}
-
 /// Appends the series of `key` at `now` to `buf`; None (and nothing
 /// written) when it has none.
 pub(super) fn render_key(
@@ -73,42 +64,25 @@ pub(super) fn render_key(
             ends,
             family: 0,
         };
-        let (ns, kind, name, object) = match &view {
+        let held = match &view {
             KeyView::Lock(v) => {
                 write_held(&mut w, v, now, exposition);
-                let object = Object {
-                    held: v.lease.is_held(),
-                    effective: v.effective,
-                    captf: v.captf,
-                    mismatch: v.mismatch,
-                    plans: &v.pending_plans,
-                };
-                (v.namespace, v.kind, v.name, object)
+                v.lease.is_held()
             }
-            KeyView::Object(v) => {
-                let object = Object {
-                    held: false,
-                    effective: v.effective,
-                    captf: Some(&v.object.captf),
-                    mismatch: v.mismatch,
-                    plans: &v.pending_plans,
-                };
-                (
-                    v.namespace,
-                    v.object.kind.as_str(),
-                    v.object.name.as_str(),
-                    object,
-                )
-            }
+            KeyView::Object(_) => false,
         };
-        write_object(&mut w, ix, key, [ns, kind, name], &object);
-        ((ns.to_string(), kind, name.to_string()), w.ends)
+        let o = view.object();
+        write_object(&mut w, ix, key, o, held);
+        (
+            (o.namespace.to_string(), o.kind, o.name.to_string()),
+            w.ends,
+        )
     })
 }
 
 /// The families of a held lock (none for a free one).
 fn write_held(w: &mut Writer<'_>, v: &LockView<'_>, now: SystemTime, exposition: Exposition) {
-    let [ns, kind, name] = [v.namespace, v.kind, v.name];
+    let [ns, kind, name] = [v.object.namespace, v.object.kind, v.object.name];
     if let Some((class, (age, source))) = v.state.class.zip(v.age(now)) {
         // Shown forms (docs/contract.md 7.5): a label value never carries
         // a character that steers a terminal.
@@ -136,14 +110,15 @@ fn write_held(w: &mut Writer<'_>, v: &LockView<'_>, now: SystemTime, exposition:
 }
 
 /// The families of the lock's object, which every lock key has.
-fn write_object(w: &mut Writer<'_>, ix: &Index, key: &LockKey, shown: [&str; 3], o: &Object<'_>) {
+fn write_object(w: &mut Writer<'_>, ix: &Index, key: &LockKey, o: &ObjectView<'_>, held: bool) {
+    let shown = [o.namespace, o.kind, o.name];
     let [ns, kind, name] = shown;
     w.skip_to(HELD_AT);
     let Effective {
         lock_timeout_seconds: timeout,
         active_deadline_seconds: deadline,
     } = o.effective;
-    w.only(&shown, flag(o.held));
+    w.only(&shown, flag(held));
     w.only(&shown, Sample::Float(timeout as f64));
     w.only(&shown, Sample::Float(deadline as f64));
     if let Some(c) = o.captf.and_then(|c| c.state_readable.as_ref()) {
@@ -158,30 +133,18 @@ fn write_object(w: &mut Writer<'_>, ix: &Index, key: &LockKey, shown: [&str; 3],
         w.line(&shown, Sample::Float(1.0));
     }
     w.next();
-    for plan in o.plans {
+    for plan in &o.pending_plans {
         w.line(&[ns, kind, name, plan], Sample::Float(1.0));
     }
     w.next();
-    // Every object shows its counter (0 before any force-unlock), and a
-    // counter kept under another name of the same lock beside it.
-    let mut counters = vec![(
-        (ns.to_string(), kind.to_string(), name.to_string()),
-        ix.force_unlocks_of(ns, kind, name),
-    )];
-    for (obj, fu) in ix.force_unlocks_of_lock(key) {
-        let labels = (obj.namespace.clone(), obj.kind.clone(), obj.name.clone());
-        if (labels.0.as_str(), labels.1.as_str(), labels.2.as_str()) != (ns, kind, name) {
-            counters.push((labels, fu));
-        }
-    }
-    counters.sort_by(|a, b| a.0.cmp(&b.0));
-    for ((n, k, o), fu) in &counters {
-        w.line(&[n, k, o], Sample::Count(fu.total));
+    let counters = ix.force_unlocks_beside(key, ObjectRef::new(ns, kind, name));
+    for (o, fu) in &counters {
+        w.line(&[&o.namespace, &o.kind, &o.name], Sample::Count(fu.total));
     }
     w.next();
-    for ((n, k, o), fu) in &counters {
+    for (o, fu) in &counters {
         if let Some(t) = fu.last_seen {
-            w.line(&[n, k, o], Sample::Float(t));
+            w.line(&[&o.namespace, &o.kind, &o.name], Sample::Float(t));
         }
     }
     w.next();

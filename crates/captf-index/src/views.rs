@@ -54,17 +54,19 @@ impl Index {
         f: impl FnOnce(LockView<'_>) -> T,
     ) -> T {
         let (kind, name) = self.display_owner(key, &lock.lease);
-        let effective = self.effective_of_lock(key, &lock.lease);
-        f(LockView {
+        let object = ObjectView {
             namespace: &key.namespace,
             kind,
             name: &name,
-            lease: &lock.lease,
-            state: &lock.state,
-            effective,
+            effective: self.effective_of_lock(key, &lock.lease),
             captf: self.policy.object(key).map(|o| &o.captf),
             mismatch: self.disagreements.flagged(key),
             pending_plans: self.plans.pending_for(key).collect(),
+        };
+        f(LockView {
+            object,
+            lease: &lock.lease,
+            state: &lock.state,
             starting: self.starting,
         })
     }
@@ -72,8 +74,10 @@ impl Index {
     fn object_view<'a>(&'a self, key: &'a LockKey, obj: &'a TfObject) -> ObjectView<'a> {
         ObjectView {
             namespace: &key.namespace,
-            object: obj,
+            kind: obj.kind.as_str(),
+            name: &obj.name,
             effective: self.effective_for(&key.namespace, obj),
+            captf: Some(&obj.captf),
             mismatch: self.disagreements.flagged(key),
             pending_plans: self.plans.pending_for(key).collect(),
         }
@@ -111,13 +115,20 @@ impl Index {
         Some(f(KeyView::Object(self.object_view(key, obj))))
     }
 
-    /// The force-unlock counters kept for one lock key, under the names
-    /// their Events give (a shown key's counters are all shown).
-    pub fn force_unlocks_of_lock(
+    /// The force-unlock counters shown beside lock key `key` of object
+    /// `own`, in (namespace, kind, name) order: its own (0 before any
+    /// force-unlock) and any kept under another name of the same lock.
+    pub fn force_unlocks_beside(
         &self,
         key: &LockKey,
-    ) -> impl Iterator<Item = (&ObjectRef, ForceUnlocks)> {
-        self.force_unlocks.of_lock(key)
+        own: ObjectRef,
+    ) -> Vec<(ObjectRef, ForceUnlocks)> {
+        let others = self.force_unlocks.of_lock(key);
+        let others = others.filter(|(obj, _)| **obj != own);
+        let mut all: Vec<_> = others.map(|(obj, fu)| (obj.clone(), fu)).collect();
+        all.push((own.clone(), self.force_unlocks.of(&own)));
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
     }
 
     /// Sets `--verdict-grace`: how long CAPTF's verdict may disagree with
@@ -317,15 +328,30 @@ pub enum KeyView<'a> {
     Object(ObjectView<'a>),
 }
 
-/// A known object without a lock Lease, as `/metrics` renders it.
+impl<'a> KeyView<'a> {
+    /// The object part, which every lock key has.
+    pub fn object(&self) -> &ObjectView<'a> {
+        match self {
+            KeyView::Lock(v) => &v.object,
+            KeyView::Object(v) => v,
+        }
+    }
+}
+
+/// The object of a lock key as `/metrics` renders it: the object itself,
+/// or for a lock Lease of an object not watched what the Lease says of it.
 #[derive(Debug)]
 pub struct ObjectView<'a> {
     /// Namespace.
     pub namespace: &'a str,
-    /// The trimmed object.
-    pub object: &'a TfObject,
+    /// Full kind for the `kind` label ("" when not known at all).
+    pub kind: &'static str,
+    /// Object name for the `name` label.
+    pub name: &'a str,
     /// Its effective timeouts.
     pub effective: Effective,
+    /// CAPTF's status of it, when the object is watched.
+    pub captf: Option<&'a CaptfStatus>,
     /// Its disagreement with CAPTF outlasted the grace.
     pub mismatch: bool,
     /// Its pending TerraformPlans (capped).
@@ -335,24 +361,12 @@ pub struct ObjectView<'a> {
 /// A lock Lease as `/metrics` renders it.
 #[derive(Debug)]
 pub struct LockView<'a> {
-    /// Namespace.
-    pub namespace: &'a str,
-    /// Full kind for the `kind` label ("" when not known at all).
-    pub kind: &'static str,
-    /// Object name for the `name` label.
-    pub name: &'a str,
+    /// Its object's series.
+    pub object: ObjectView<'a>,
     /// The trimmed Lease.
     pub lease: &'a LockLease,
     /// What the index derived about it.
     pub state: &'a LockState,
-    /// Effective timeouts of its object.
-    pub effective: Effective,
-    /// CAPTF's status of its object, when the object is watched.
-    pub captf: Option<&'a CaptfStatus>,
-    /// Its object's disagreement with CAPTF outlasted the grace.
-    pub mismatch: bool,
-    /// Its object's pending TerraformPlans (capped).
-    pub pending_plans: Vec<&'a str>,
     /// Not every kind a timeout comes from has synced yet
     /// ([`Index::begin_start`]): the lock is not judged overdue.
     pub starting: bool,
@@ -362,7 +376,8 @@ impl LockView<'_> {
     /// Whether the lock, held by `class` for `age_seconds`, is overdue;
     /// never while the timeouts are pending.
     pub fn overdue(&self, class: HolderClass, age_seconds: f64) -> bool {
-        !self.starting && is_overdue(class, age_seconds, self.effective.lock_timeout_seconds)
+        let timeout = self.object.effective.lock_timeout_seconds;
+        !self.starting && is_overdue(class, age_seconds, timeout)
     }
 
     /// Age at `now` and its source; None when not held.

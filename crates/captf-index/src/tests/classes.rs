@@ -188,7 +188,7 @@ fn lock_of_unknown_object_is_reported_from_labels_and_can_be_own() {
     let l = raw_lease(&suffix, Some("TerraformMachine"), Some("web"), &who);
     ix.feed(Resource::Leases, l);
     let mut classes = Vec::new();
-    ix.for_each_lock(|v| classes.push((v.name.to_string(), v.state.class)));
+    ix.for_each_lock(|v| classes.push((v.object.name.to_string(), v.state.class)));
     // Nor as the display name: that would render a second "web".
     assert!(
         classes.contains(&(suffix.clone(), Some(HolderClass::Foreign))),

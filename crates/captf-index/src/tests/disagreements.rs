@@ -46,12 +46,12 @@ fn feed_at(ix: &mut Index, resource: Resource, c: Change, secs: u64) {
 fn mismatch(ix: &Index, kind: Kind, name: &str) -> Option<bool> {
     let mut out = None;
     ix.for_each_lock(|v| {
-        if v.kind == kind.as_str() && v.name == name {
-            out = Some(v.mismatch);
+        if v.object.kind == kind.as_str() && v.object.name == name {
+            out = Some(v.object.mismatch);
         }
     });
     ix.for_each_unlocked_object(|v| {
-        if v.object.kind == kind && v.object.name == name {
+        if v.kind == kind.as_str() && v.name == name {
             out = Some(v.mismatch);
         }
     });
@@ -297,7 +297,7 @@ fn a_pending_plan_names_the_object_it_holds_up() {
     let plans_of = |ix: &Index| {
         let mut out = Vec::new();
         ix.for_each_unlocked_object(|v| {
-            if v.object.name == "prod" {
+            if v.name == "prod" {
                 out = v.pending_plans.iter().map(|p| p.to_string()).collect();
             }
         });

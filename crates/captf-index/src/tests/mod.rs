@@ -275,7 +275,7 @@ fn gone(name: &str) -> Change {
 fn class_of(ix: &Index, kind: Kind, name: &str) -> Option<HolderClass> {
     let mut out = None;
     ix.for_each_lock(|v| {
-        if v.kind == kind.as_str() && v.name == name {
+        if v.object.kind == kind.as_str() && v.object.name == name {
             out = v.state.class;
         }
     });
@@ -285,12 +285,12 @@ fn class_of(ix: &Index, kind: Kind, name: &str) -> Option<HolderClass> {
 fn effective_of(ix: &Index, kind: Kind, name: &str) -> Option<Effective> {
     let mut out = None;
     ix.for_each_lock(|v| {
-        if v.kind == kind.as_str() && v.name == name {
-            out = Some(v.effective);
+        if v.object.kind == kind.as_str() && v.object.name == name {
+            out = Some(v.object.effective);
         }
     });
     ix.for_each_unlocked_object(|v| {
-        if v.object.kind == kind && v.object.name == name {
+        if v.kind == kind.as_str() && v.name == name {
             out = Some(v.effective);
         }
     });
