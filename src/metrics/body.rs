@@ -1,51 +1,14 @@
 //! A scrape's answer and how it is sent: the [`Body`], chunks shared with
 //! the store's snapshot, plain or gzip.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::families::{shown, Family, KEY_FAMILIES};
-use super::gzip::{self, Piece};
-use super::store::{Bucket, Snapshot, BUCKETS};
-use super::{Exposition, Format};
-
-/// Every key family's header lines per format, plain and as a stored
-/// piece; made once.
-static HEADERS: LazyLock<[Vec<(Bytes, Piece)>; 2]> = LazyLock::new(|| {
-    [Format::OpenMetrics, Format::Prometheus].map(|format| {
-        let header = |f: &&Family| {
-            let h = f.header(format);
-            (Bytes::from(h.clone()), Piece::stored(h.as_bytes(), false))
-        };
-        KEY_FAMILIES.iter().map(header).collect()
-    })
-});
-
-fn headers(format: Format) -> &'static [(Bytes, Piece)] {
-    &HEADERS[usize::from(format == Format::Prometheus)]
-}
-
-/// Everything of a gzip body in `format` but the health part: per shown
-/// family its header and every bucket's compressed lines, then the
-/// overview. Made once per snapshot.
-pub(super) fn gzip_head(
-    buckets: &[Bucket],
-    overview: &[u8],
-    exposition: Exposition,
-    format: Format,
-) -> gzip::Head {
-    let mut pieces = Vec::with_capacity(KEY_FAMILIES.len() * (BUCKETS + 1) + 1);
-    for (f, (_, header)) in headers(format).iter().enumerate() {
-        if shown(f, exposition) {
-            pieces.push(header);
-            pieces.extend(buckets.iter().filter_map(|b| b.gzip.get(f)));
-        }
-    }
-    let overview = Piece::stored(overview, false);
-    pieces.push(&overview);
-    gzip::Head::new(pieces)
-}
+use super::families::{headers, shown, KEY_FAMILIES};
+use super::gzip::Piece;
+use super::store::{Snapshot, BUCKETS};
+use super::Format;
 
 /// A scrape's answer: chunks of shared bytes (a plain body: per family its
 /// header and every bucket's lines; a gzip body: one gzip member).

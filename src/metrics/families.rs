@@ -4,9 +4,13 @@
 //! are the same in both text formats; only the HELP/TYPE lines differ.
 
 use std::io::Write as _;
+use std::sync::LazyLock;
+
+use bytes::Bytes;
 
 use prometheus_client::registry::Registry;
 
+use super::gzip::Piece;
 use super::{Exposition, Format};
 use crate::core::classify::HolderClass;
 use crate::health::Health;
@@ -159,6 +163,23 @@ pub(super) const KEY_FAMILIES: [&Family; 14] = [
 pub(super) const LOCK_AGE_AT: usize = 2;
 /// Where the per-object families start in [`KEY_FAMILIES`].
 pub(super) const HELD_AT: usize = 5;
+
+/// Every key family's header lines per format, plain and as a stored
+/// gzip piece; made once.
+static HEADERS: LazyLock<[Vec<(Bytes, Piece)>; 2]> = LazyLock::new(|| {
+    [Format::OpenMetrics, Format::Prometheus].map(|format| {
+        let header = |f: &&Family| {
+            let h = f.header(format);
+            (Bytes::from(h.clone()), Piece::stored(h.as_bytes(), false))
+        };
+        KEY_FAMILIES.iter().map(header).collect()
+    })
+});
+
+/// The header lines of every family of [`KEY_FAMILIES`] in `format`.
+pub(super) fn headers(format: Format) -> &'static [(Bytes, Piece)] {
+    &HEADERS[usize::from(format == Format::Prometheus)]
+}
 
 /// Whether the exposition shows family `f` of [`KEY_FAMILIES`].
 pub(super) fn shown(f: usize, exposition: Exposition) -> bool {

@@ -8,8 +8,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
-use super::body::gzip_head;
-use super::families::KEY_FAMILIES;
+use super::families::{headers, shown, KEY_FAMILIES};
 use super::gzip::{Head, Piece};
 use super::render::{render_key, Ends, Shown};
 use super::{families, Exposition, Format};
@@ -211,6 +210,22 @@ fn render_bucket(
     let out = Bytes::from(out);
     let starts = std::iter::once(0).chain(ends);
     starts.zip(ends).map(|(s, e)| out.slice(s..e)).collect()
+}
+
+/// Everything of a gzip body in `format` but the health part: per shown
+/// family its header and every bucket's compressed lines, then the
+/// overview. Made once per snapshot.
+fn gzip_head(buckets: &[Bucket], overview: &[u8], exposition: Exposition, format: Format) -> Head {
+    let mut pieces = Vec::with_capacity(KEY_FAMILIES.len() * (BUCKETS + 1) + 1);
+    for (f, (_, header)) in headers(format).iter().enumerate() {
+        if shown(f, exposition) {
+            pieces.push(header);
+            pieces.extend(buckets.iter().filter_map(|b| b.gzip.get(f)));
+        }
+    }
+    let overview = Piece::stored(overview, false);
+    pieces.push(&overview);
+    Head::new(pieces)
 }
 
 /// A bucket's lines compressed per family (stored as they are if the
