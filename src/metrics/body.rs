@@ -62,7 +62,7 @@ impl Body {
     /// The same body gzip-compressed, from the snapshot's compressed
     /// buckets.
     pub(super) fn gzip(snapshot: &Snapshot, format: Format, health: &[u8]) -> Body {
-        let head = &snapshot.gzip_heads[usize::from(format == Format::Prometheus)];
+        let head = &snapshot.gzip_heads[format.slot()];
         let chunks = head.member(health).into_iter().map(Chunk::Plain).collect();
         Body {
             chunks: Arc::new(chunks),

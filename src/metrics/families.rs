@@ -178,7 +178,7 @@ static HEADERS: LazyLock<[Vec<(Bytes, Piece)>; 2]> = LazyLock::new(|| {
 
 /// The header lines of every family of [`KEY_FAMILIES`] in `format`.
 pub(super) fn headers(format: Format) -> &'static [(Bytes, Piece)] {
-    &HEADERS[usize::from(format == Format::Prometheus)]
+    &HEADERS[format.slot()]
 }
 
 /// Whether the exposition shows family `f` of [`KEY_FAMILIES`].

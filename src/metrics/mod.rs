@@ -42,6 +42,14 @@ pub enum Format {
     Prometheus,
 }
 
+impl Format {
+    /// Where this format's entry is in the per-format arrays (headers,
+    /// gzip heads, health parts).
+    pub(super) fn slot(self) -> usize {
+        usize::from(self == Format::Prometheus)
+    }
+}
+
 /// What the exposition includes beyond the contract's default families.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Exposition {

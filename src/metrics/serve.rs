@@ -52,8 +52,9 @@ pub struct ScrapeCache {
     wanted: AtomicBool,
     /// Wakes the refresher when the first scrape comes.
     wake: Notify,
-    /// Per format the health part and the health generation it shows.
-    health: [Mutex<(u64, Bytes)>; 2],
+    /// Per format the health part last rendered, and the health
+    /// generation it shows.
+    health: [Mutex<Option<(u64, Bytes)>>; 2],
     renders: AtomicU64,
 }
 
@@ -105,16 +106,19 @@ impl ScrapeCache {
     /// counters that explain it come in one scrape), rendered again only
     /// when a health value moved.
     fn health(&self, format: Format) -> Result<Bytes, ScrapeError> {
-        let slot = &self.health[usize::from(format == Format::Prometheus)];
-        let mut last = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last = self.health[format.slot()]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         // Read before the render: a value that moves during it renders
         // again at the next scrape, never the other way round.
         let generation = self.shared.health.generation();
-        if last.0 != generation || last.1.is_empty() {
-            let health = families::health(&self.shared.health, format);
-            *last = (generation, health.map_err(|_| ScrapeError::Encode)?.into());
+        if let Some((_, part)) = last.as_ref().filter(|(g, _)| *g == generation) {
+            return Ok(part.clone());
         }
-        Ok(last.1.clone())
+        let part = families::health(&self.shared.health, format);
+        let part = Bytes::from(part.map_err(|_| ScrapeError::Encode)?);
+        *last = Some((generation, part.clone()));
+        Ok(part)
     }
 
     /// Keeps the snapshot current; returns only when the index's change

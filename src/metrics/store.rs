@@ -164,7 +164,8 @@ impl Store {
 
     /// The lines as they are now, for scrapes to share.
     pub(super) fn snapshot(&self) -> Snapshot {
-        let head = |format| gzip_head(&self.buckets, &self.overview, self.exposition, format);
+        let overview = Piece::stored(&self.overview, false);
+        let head = |format| gzip_head(&self.buckets, &overview, self.exposition, format);
         Snapshot {
             buckets: self.buckets.clone(),
             overview: self.overview.clone(),
@@ -215,7 +216,7 @@ fn render_bucket(
 /// Everything of a gzip body in `format` but the health part: per shown
 /// family its header and every bucket's compressed lines, then the
 /// overview. Made once per snapshot.
-fn gzip_head(buckets: &[Bucket], overview: &[u8], exposition: Exposition, format: Format) -> Head {
+fn gzip_head(buckets: &[Bucket], overview: &Piece, exposition: Exposition, format: Format) -> Head {
     let mut pieces = Vec::with_capacity(KEY_FAMILIES.len() * (BUCKETS + 1) + 1);
     for (f, (_, header)) in headers(format).iter().enumerate() {
         if shown(f, exposition) {
@@ -223,8 +224,7 @@ fn gzip_head(buckets: &[Bucket], overview: &[u8], exposition: Exposition, format
             pieces.extend(buckets.iter().filter_map(|b| b.gzip.get(f)));
         }
     }
-    let overview = Piece::stored(overview, false);
-    pieces.push(&overview);
+    pieces.push(overview);
     Head::new(pieces)
 }
 

@@ -126,7 +126,8 @@ impl Index {
         let others = self.force_unlocks.of_lock(key);
         let others = others.filter(|(obj, _)| **obj != own);
         let mut all: Vec<_> = others.map(|(obj, fu)| (obj.clone(), fu)).collect();
-        all.push((own.clone(), self.force_unlocks.of(&own)));
+        let fu = self.force_unlocks.of(&own);
+        all.push((own, fu));
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
     }
