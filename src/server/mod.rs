@@ -65,8 +65,8 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
     r
 }
 
-/// Answers one request but `/metrics` from memory: the pages and probes
-/// (the server answers `/metrics` from [`ScrapeCache`], see [`respond`]).
+/// Answers a probe, a page or a refused method from memory. `/metrics`
+/// is not here: [`respond`] answers it from the [`ScrapeCache`].
 pub fn handle(shared: &Arc<Shared>, method: &Method, path: &str) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if method != Method::GET && method != Method::HEAD {
@@ -385,7 +385,7 @@ mod tests {
     }
 
     #[test]
-    fn routes_methods_and_negotiation() {
+    fn routes_and_methods() {
         let (shared, _rx) = Shared::new();
         let get = |path: &str| handle(&shared, &Method::GET, path);
         assert_eq!(get("/healthz").status(), StatusCode::OK);
@@ -400,19 +400,6 @@ mod tests {
         assert_eq!(
             handle(&shared, &Method::POST, "/metrics").status(),
             StatusCode::METHOD_NOT_ALLOWED
-        );
-        let om = negotiate::content_type(negotiate::format(None));
-        assert_eq!(om, negotiate::OPENMETRICS_CONTENT_TYPE);
-        // What Prometheus 2 sends: OpenMetrics preferred.
-        let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-        assert_eq!(
-            negotiate::content_type(negotiate::format(Some(prom))),
-            negotiate::OPENMETRICS_CONTENT_TYPE
-        );
-        let text = negotiate::format(Some("text/plain; version=0.0.4"));
-        assert_eq!(
-            negotiate::content_type(text),
-            negotiate::PROMETHEUS_CONTENT_TYPE
         );
         let id = shared.health.register(crate::index::Resource::Leases, "");
         shared.health.on_synced(id);

@@ -81,9 +81,22 @@ mod tests {
                 Format::OpenMetrics,
             ),
             (Some("*/*"), Format::OpenMetrics),
+            // What Prometheus 2 sends: OpenMetrics preferred.
+            (
+                Some("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
+                Format::OpenMetrics,
+            ),
+            (Some("text/plain; version=0.0.4"), Format::Prometheus),
         ] {
             assert_eq!(format(accept), want, "{accept:?}");
         }
+    }
+
+    #[test]
+    fn each_format_has_its_content_type() {
+        assert_eq!(content_type(format(None)), OPENMETRICS_CONTENT_TYPE);
+        let text = format(Some("text/plain; version=0.0.4"));
+        assert_eq!(content_type(text), PROMETHEUS_CONTENT_TYPE);
     }
 
     #[test]
