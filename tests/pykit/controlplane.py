@@ -73,7 +73,8 @@ def binaries(build: bool = True) -> tuple[Path, Path]:
 # --------------------------------------------------------------------------------------------
 
 
-def _write_pki(d: Path) -> None:
+def _write_pki(d: Path, extra_ips: Iterable[str] = ()) -> None:
+    """CA, serving certificate (loopback, the in-cluster names, 10.0.0.1 and ``extra_ips``), SA key."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -99,6 +100,7 @@ def _write_pki(d: Path) -> None:
     sans = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost"),
             x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default"),
             x509.DNSName("kubernetes.default.svc"), x509.IPAddress(ipaddress.ip_address("10.0.0.1"))]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips]
     cert = (x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
             .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())

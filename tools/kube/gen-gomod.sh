@@ -24,7 +24,12 @@ mods=$(awk '/^require \(/{r=1;next} r&&/^\)/{r=0} r&&$2=="v0.0.0"{print $1}' "$s
   echo
   echo "require k8s.io/kubernetes ${KUBE_VERSION}"
   echo
-  printf 'tool (\n\tk8s.io/kubernetes/cmd/kube-apiserver\n\tk8s.io/kubernetes/cmd/kubectl\n)\n'
+  # tools/kube also carries the node's components (the opt-in node stage, tools/node/build.sh).
+  tools="kube-apiserver kubectl"
+  [ "$name" = kube ] && tools="kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubectl kubelet"
+  echo "tool ("
+  for t in $tools; do printf '\tk8s.io/kubernetes/cmd/%s\n' "$t"; done
+  echo ")"
   echo
   echo "replace ("
   for m in $mods; do echo "	$m => $m $staging_version"; done
