@@ -13,6 +13,10 @@
 //!   out. When every open connection is new or being answered, the new
 //!   one waits for a slot and the ones behind it wait in the kernel's
 //!   listen backlog.
+//! - Only an answer to a protected path the guard let in leaves its
+//!   connection open for another request; probes and refusals say
+//!   `Connection: close` (see [`super::respond`]), so a client that
+//!   pipelines them and reads slowly is answered once per connection.
 //! - Over TLS, the handshake must finish within `header_read_timeout`.
 //! - An `accept()` error (EMFILE, ENFILE, ENOBUFS...) sleeps 10 ms doubling
 //!   to 1 s, and is logged once per episode, not once per attempt.

@@ -27,9 +27,9 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CACHE_CONTROL, CONTENT_ENCODING,
-    CONTENT_LENGTH, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, RETRY_AFTER, VARY,
-    WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CACHE_CONTROL, CONNECTION,
+    CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY,
+    RETRY_AFTER, VARY, WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS,
 };
 use hyper::{Method, Request, Response, StatusCode};
 use std::convert::Infallible;
@@ -172,7 +172,8 @@ fn is_page(method: &Method, path: &str) -> bool {
 /// thread for nothing, and a person reloading a second later is served.
 /// `reviewed` is called when the API server's review allowed the request
 /// (the connection slots keep such callers longest). Every answer carries
-/// [`secure`]'s headers.
+/// [`secure`]'s headers, and every answer but one to a protected path the
+/// guard let in carries `Connection: close` (see [`keep_alive`]).
 pub async fn respond(
     shared: &Arc<Shared>,
     cache: &Arc<ScrapeCache>,
@@ -181,89 +182,113 @@ pub async fn respond(
     req: &Request<Incoming>,
     reviewed: impl FnOnce(),
 ) -> Response<RespBody> {
-    // Every return below ends the block, not the function: the headers
-    // are added to each answer.
-    let mut r = async {
-        let header = |name| {
-            req.headers()
-                .get(name)
-                .and_then(|v: &HeaderValue| v.to_str().ok())
-        };
-        let method = req.method().clone();
-        if let Err(refusal) = guard
-            .check(
-                &shared.health,
-                &method,
-                req.uri().path(),
-                req.headers().get(AUTHORIZATION),
-            )
-            .await
-        {
-            return boxed(refused(&refusal));
+    let path = req.uri().path();
+    let checked = guard
+        .check(
+            &shared.health,
+            req.method(),
+            path,
+            req.headers().get(AUTHORIZATION),
+        )
+        .await;
+    let (mut r, let_in) = match checked {
+        Err(refusal) => (boxed(refused(&refusal)), false),
+        Ok(()) => {
+            let protected = !auth::is_open(path);
+            if protected && matches!(guard, Guard::Kubernetes(_)) {
+                reviewed();
+            }
+            (answer(shared, cache, pages, req).await, protected)
         }
-        if matches!(guard, Guard::Kubernetes(_)) && !auth::is_open(req.uri().path()) {
-            reviewed();
-        }
-        // The pages read their filters from the query string.
-        let path = req
-            .uri()
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_owned();
-        let accept = header(ACCEPT).map(str::to_owned);
-        if req.uri().path() == "/metrics" && (method == Method::GET || method == Method::HEAD) {
-            let format = negotiate::format(accept.as_deref());
-            let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
-            return match cache.body(format, encoding == AcceptEncoding::Gzip).await {
-                Ok(body) => {
-                    let mut r = chunked(StatusCode::OK, negotiate::content_type(format), &body);
-                    let h = r.headers_mut();
-                    // Caches between us and a scraper must key on the coding.
-                    h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
-                    if encoding == AcceptEncoding::Gzip {
-                        h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-                    }
-                    r
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "cannot render /metrics");
-                    boxed(reply(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "text/plain; charset=utf-8",
-                        "encoding failed\n",
-                    ))
-                }
-            };
-        }
-        if !is_page(&method, req.uri().path()) {
-            // Probes and refusals read a few flags: no need for a thread hop.
-            return boxed(handle(shared, &method, &path));
-        }
-        let Ok(permit) = pages.clone().try_acquire_owned() else {
-            return busy();
-        };
-        let shared = shared.clone();
-        // The pages walk the index: keep them off the reactor threads. The
-        // permit lives as long as the render, also when the client hangs up
-        // meanwhile (the blocking task cannot be cancelled).
-        let r = tokio::task::spawn_blocking(move || {
-            let r = handle(&shared, &method, &path);
-            drop(permit);
-            r
-        })
-        .await
-        .unwrap_or_else(|_| {
-            reply(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "text/plain; charset=utf-8",
-                "internal error\n",
-            )
-        });
-        boxed(r)
-    }
-    .await;
+    };
     secure(r.headers_mut());
+    keep_alive(r.headers_mut(), let_in);
     r
+}
+
+/// Only a caller the guard let into a protected path keeps its connection
+/// for another request: every other answer (a probe, a refusal) says
+/// `Connection: close`, and hyper reads nothing more on that connection.
+/// A client that pipelines `/healthz` and reads slowly is always owed an
+/// answer that moves, which the connection slots protect, and its
+/// deadline starts again with each request; one answer per connection
+/// bounds it by the response deadline. The kubelet closes after each probe
+/// anyway, and Prometheus' scrapes are let in.
+fn keep_alive(h: &mut hyper::HeaderMap, let_in: bool) {
+    if !let_in {
+        h.insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+}
+
+/// The answer to a request the guard let through.
+async fn answer(
+    shared: &Arc<Shared>,
+    cache: &Arc<ScrapeCache>,
+    pages: &Arc<Semaphore>,
+    req: &Request<Incoming>,
+) -> Response<RespBody> {
+    let header = |name| {
+        req.headers()
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let method = req.method().clone();
+    // The pages read their filters from the query string.
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let accept = header(ACCEPT).map(str::to_owned);
+    if req.uri().path() == "/metrics" && (method == Method::GET || method == Method::HEAD) {
+        let format = negotiate::format(accept.as_deref());
+        let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
+        return match cache.body(format, encoding == AcceptEncoding::Gzip).await {
+            Ok(body) => {
+                let mut r = chunked(StatusCode::OK, negotiate::content_type(format), &body);
+                let h = r.headers_mut();
+                // Caches between us and a scraper must key on the coding.
+                h.insert(VARY, HeaderValue::from_static("Accept-Encoding"));
+                if encoding == AcceptEncoding::Gzip {
+                    h.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                }
+                r
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot render /metrics");
+                boxed(reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain; charset=utf-8",
+                    "encoding failed\n",
+                ))
+            }
+        };
+    }
+    if !is_page(&method, req.uri().path()) {
+        // Probes and refusals read a few flags: no need for a thread hop.
+        return boxed(handle(shared, &method, &path));
+    }
+    let Ok(permit) = pages.clone().try_acquire_owned() else {
+        return busy();
+    };
+    let shared = shared.clone();
+    // The pages walk the index: keep them off the reactor threads. The
+    // permit lives as long as the render, also when the client hangs up
+    // meanwhile (the blocking task cannot be cancelled).
+    let r = tokio::task::spawn_blocking(move || {
+        let r = handle(&shared, &method, &path);
+        drop(permit);
+        r
+    })
+    .await
+    .unwrap_or_else(|_| {
+        reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            "internal error\n",
+        )
+    });
+    boxed(r)
 }
 
 /// Headers on every answer. The pages and `/metrics` carry lock IDs,

@@ -17,7 +17,7 @@ async fn half_sent_and_idle_connections_are_closed_by_the_header_timeout() {
     );
     // A keep-alive connection that answered once and then sits idle.
     let mut idle = h.connect();
-    let reply = get(&mut idle, "/healthz", "").await;
+    let reply = get(&mut idle, "/metrics", "").await;
     assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
     let served = Instant::now();
     assert!(closed(&mut idle).await);
@@ -34,7 +34,7 @@ async fn shutdown_lets_the_response_in_flight_finish_and_closes_idle_connections
     // A 1 KiB pipe: the server blocks writing the body until we read.
     let mut slow = h.connect_with(1024);
     let mut idle = h.connect();
-    assert!(get(&mut idle, "/healthz", "").await.is_some());
+    assert!(get(&mut idle, "/metrics", "").await.is_some());
     let req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
     assert!(slow.write_all(req.as_bytes()).await.is_ok());
     // Wait (in virtual time) until the response has started.

@@ -11,8 +11,8 @@ async fn at_the_cap_a_newcomer_takes_the_slot_of_the_connection_still_longest() 
     let mut a = h.connect();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut b = h.connect();
-    // b moves bytes: a request answered.
-    let reply = get(&mut b, "/healthz", "").await;
+    // b moves bytes: a request answered (one that keeps the connection).
+    let reply = get(&mut b, "/metrics", "").await;
     assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
     let mut c = h.connect();
     // Accepted, waiting for a slot; nothing more is accepted meanwhile.
@@ -30,7 +30,7 @@ async fn at_the_cap_a_newcomer_takes_the_slot_of_the_connection_still_longest() 
     let reply = get(&mut c, "/healthz", "").await;
     assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
     // b stayed: it was served more recently than a.
-    let again = get(&mut b, "/healthz", "").await;
+    let again = get(&mut b, "/metrics", "").await;
     assert!(again.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
 }
 
@@ -45,7 +45,7 @@ async fn below_the_still_limit_nobody_is_closed_and_the_newcomer_waits() {
     let _b = h.connect();
     tokio::time::sleep(Duration::from_secs(5)).await;
     // a is still served: b waits instead of taking its slot.
-    let reply = get(&mut a, "/healthz", "").await;
+    let reply = get(&mut a, "/metrics", "").await;
     assert!(reply.is_some_and(|r| r.head.starts_with("HTTP/1.1 200")));
     assert_eq!(h.accepts(), 2);
     // At a's header timeout its slot frees: the next accept happens.
@@ -215,5 +215,97 @@ async fn clients_trickling_a_head_cannot_keep_a_scraper_out() {
     );
     for t in tricklers {
         t.abort();
+    }
+}
+
+/// Pipelines `GET /healthz` over and over on connections with 1 KiB of
+/// room each way, reading 600 bytes every 0.9 s (counted in `read`);
+/// comes back at once when closed.
+async fn slow_pipeliner(
+    tx: mpsc::UnboundedSender<io::Result<DuplexStream>>,
+    read: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    loop {
+        let (client, server) = tokio::io::duplex(1024);
+        if tx.send(Ok(server)).is_err() {
+            return;
+        }
+        let (mut rd, mut wr) = tokio::io::split(client);
+        let writer = tokio::spawn(async move {
+            let req = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+            while wr.write_all(req).await.is_ok() {}
+        });
+        let mut buf = [0u8; 600];
+        while let Ok(n @ 1..) = rd.read(&mut buf).await {
+            read.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(900)).await;
+        }
+        writer.abort();
+    }
+}
+
+/// Issue 43, item 1: a client that pipelines `/healthz` and reads a few
+/// hundred bytes a second was always owed an answer that moved, and its
+/// response deadline began again whenever hyper's buffer emptied, so it
+/// kept its slot for good; at the cap the kubelet and Prometheus waited
+/// in the backlog.
+#[tokio::test(start_paused = true)]
+async fn slow_pipeliners_cannot_keep_a_probe_or_a_scraper_out() {
+    let config = Config {
+        max_connections: 2,
+        ..Config::DEFAULT
+    };
+    let h = Harness::start_with(
+        config,
+        Endpoint {
+            transport: Transport::Plain,
+            guard: Guard::kubernetes(Arc::new(Reviewed)),
+        },
+    );
+    let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let pipeliners: Vec<_> = (0..config.max_connections)
+        .map(|_| tokio::spawn(slow_pipeliner(h.tx.clone(), read.clone())))
+        .collect();
+    // Both hold their slots and have been answered for a while.
+    let setup = Instant::now();
+    while read.load(std::sync::atomic::Ordering::Relaxed) < 4 * 600 * pipeliners.len() {
+        assert!(
+            setup.elapsed() < Duration::from_secs(60),
+            "the pipeliners were not answered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let bound = Duration::from_secs(2);
+    let live = tokio::time::timeout(bound, probe(&h, "/healthz", "200")).await;
+    assert!(
+        live == Ok(true),
+        "a liveness probe behind two slow pipeliners: {live:?}"
+    );
+    let mut scraper = h.connect();
+    let scrape = tokio::time::timeout(
+        bound,
+        get(
+            &mut scraper,
+            "/metrics",
+            "Authorization: Bearer prometheus\r\n",
+        ),
+    )
+    .await;
+    let Ok(Some(scrape)) = scrape else {
+        panic!("a scrape behind two slow pipeliners was not answered within {bound:?}");
+    };
+    assert!(scrape.head.starts_with("HTTP/1.1 200"), "{}", scrape.head);
+    // The scrape keeps its connection; an anonymous answer does not.
+    assert_eq!(scrape.header("connection"), None);
+    let mut anonymous = h.connect();
+    let refused = tokio::time::timeout(bound, get(&mut anonymous, "/metrics", "")).await;
+    let Ok(Some(refused)) = refused else {
+        panic!("an anonymous request was not answered within {bound:?}");
+    };
+    assert!(refused.head.starts_with("HTTP/1.1 401"), "{}", refused.head);
+    assert_eq!(refused.header("connection"), Some("close"));
+    assert!(closed(&mut anonymous).await, "open after Connection: close");
+    for p in pipeliners {
+        p.abort();
     }
 }

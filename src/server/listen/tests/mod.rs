@@ -313,11 +313,11 @@ async fn gzip_round_trips_to_the_plain_exposition_and_head_has_no_body() {
     assert_eq!(head.header("content-encoding"), Some("gzip"));
     // The next answer on the connection comes right after the head: HEAD
     // sent no body.
-    let Some(after) = get(&mut io, "/healthz", "").await else {
+    let Some(after) = get(&mut io, "/nope", "").await else {
         panic!("no answer after HEAD");
     };
-    assert!(after.head.starts_with("HTTP/1.1 200"), "{}", after.head);
-    assert_eq!(after.body, b"ok\n");
+    assert!(after.head.starts_with("HTTP/1.1 404"), "{}", after.head);
+    assert_eq!(after.body, b"not found\n");
     // The Prometheus text format comes from the same render: only the
     // family headers differ.
     let Some(prom) = get(&mut io, "/metrics", "Accept: text/plain; version=0.0.4\r\n").await else {
@@ -376,7 +376,7 @@ async fn page_renders_over_the_bound_get_503_with_retry_after() {
     assert!(over.head.starts_with("HTTP/1.1 503"), "{}", over.head);
     assert_eq!(over.header("retry-after"), Some("1"));
     // What is not a page is not bounded by it.
-    let Some(health) = get(&mut third, "/healthz", "").await else {
+    let Some(health) = get(&mut h.connect(), "/healthz", "").await else {
         panic!("no /healthz answer");
     };
     assert!(health.head.starts_with("HTTP/1.1 200"), "{}", health.head);
@@ -403,7 +403,6 @@ async fn page_renders_over_the_bound_get_503_with_retry_after() {
 async fn every_answer_carries_the_security_headers() {
     let h = Harness::start(Config::DEFAULT);
     hold_a_lock(&h.shared);
-    let mut io = h.connect();
     for path in [
         "/",
         "/locks/ns/TerraformMachine/web",
@@ -412,7 +411,8 @@ async fn every_answer_carries_the_security_headers() {
         "/readyz",
         "/nope",
     ] {
-        let Some(r) = get(&mut io, path, "").await else {
+        // A probe's answer closes its connection: one connection each.
+        let Some(r) = get(&mut h.connect(), path, "").await else {
             panic!("{path}: no answer");
         };
         let csp = r.header("content-security-policy").unwrap_or("");
@@ -426,7 +426,7 @@ async fn every_answer_carries_the_security_headers() {
         assert_eq!(r.header("cache-control"), Some("no-store"), "{path}");
         assert_eq!(r.header("referrer-policy"), Some("no-referrer"), "{path}");
     }
-    let Some(page) = get(&mut io, "/", "").await else {
+    let Some(page) = get(&mut h.connect(), "/", "").await else {
         panic!("no page");
     };
     let html = String::from_utf8_lossy(&page.body);
