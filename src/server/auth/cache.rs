@@ -6,6 +6,12 @@
 //! Concurrent requests for the same key share one review call (the first
 //! asks, the others wait for its answer), so a burst of scrapes with a new
 //! token costs the API server one TokenReview, not one per scrape.
+//!
+//! Allowed answers and refusals are kept apart, each up to the capacity
+//! ([`Share`]): anyone can make the API server refuse a random token, and
+//! a full cache drops answers of the same share only, so a flood of
+//! garbage tokens never pushes an allowed identity out (with it the fast
+//! path and the fallback of an API outage).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,23 +22,50 @@ use std::time::Duration;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-/// How long an answer is used without asking again, and how long after
-/// that it may stand in for an API server that cannot be asked.
+/// How long an answer is used without asking again, how long after that
+/// it may stand in for an API server that cannot be asked, and which share
+/// of the cache keeps it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ttl {
     /// Used as it is until then.
     pub fresh: Duration,
     /// Used only when a new review fails, until fresh + this.
     pub fallback: Duration,
+    /// Where it is kept.
+    pub share: Share,
+}
+
+/// The part of the cache an answer is kept in; each holds up to the
+/// capacity, and a full one drops only its own answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// An identity, or a path the user may get.
+    Allowed,
+    /// A rejected token or a denied path: cheap for anyone to cause.
+    Refused,
 }
 
 impl Ttl {
-    /// `fresh` and `fallback` in whole seconds.
+    /// An allowed answer: `fresh` and `fallback` in whole seconds.
     pub const fn secs(fresh: u64, fallback: u64) -> Ttl {
         Ttl {
             fresh: Duration::from_secs(fresh),
             fallback: Duration::from_secs(fallback),
+            share: Share::Allowed,
         }
+    }
+
+    /// A refusal: fresh for `fresh` seconds, never standing in.
+    pub const fn refusal(fresh: u64) -> Ttl {
+        Ttl {
+            fresh: Duration::from_secs(fresh),
+            fallback: Duration::ZERO,
+            share: Share::Refused,
+        }
+    }
+
+    fn until(&self, at: Instant) -> Instant {
+        at + self.fresh + self.fallback
     }
 }
 
@@ -69,8 +102,10 @@ type Flights<K, V> = Mutex<HashMap<K, (Arc<OnceCell<V>>, usize)>>;
 /// A bounded cache of answers by key, with one review in flight per key.
 #[derive(Debug)]
 pub struct Cache<K, V> {
+    /// Answers per share.
     capacity: usize,
-    entries: Mutex<HashMap<K, Entry<V>>>,
+    /// Allowed answers, then refusals; a key is in one of them at most.
+    entries: Mutex<[HashMap<K, Entry<V>>; 2]>,
     in_flight: Flights<K, V>,
 }
 
@@ -121,18 +156,18 @@ impl<K: Eq + Hash, V> Drop for Flight<'_, K, V> {
 }
 
 impl<K: Clone + Eq + Hash, V: Clone> Cache<K, V> {
-    /// A cache of at most `capacity` answers.
+    /// A cache of at most `capacity` allowed answers and as many refusals.
     pub fn new(capacity: usize) -> Self {
         Cache {
             capacity: capacity.max(1),
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new([HashMap::new(), HashMap::new()]),
             in_flight: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Answers held now.
+    /// Answers held now, both shares.
     pub fn len(&self) -> usize {
-        lock(&self.entries).len()
+        lock(&self.entries).iter().map(HashMap::len).sum()
     }
 
     /// True when nothing is held.
@@ -164,9 +199,9 @@ impl<K: Clone + Eq + Hash, V: Clone> Cache<K, V> {
         let now = Instant::now();
         let fallback = {
             let entries = lock(&self.entries);
-            match entries.get(key) {
+            match entries.iter().find_map(|share| share.get(key)) {
                 Some(e) if now < e.at + e.ttl.fresh => return Ok(Found::Cached(e.value.clone())),
-                Some(e) if now < e.at + e.ttl.fresh + e.ttl.fallback => Some(e.value.clone()),
+                Some(e) if now < e.ttl.until(e.at) => Some(e.value.clone()),
                 _ => None,
             }
         };
@@ -200,11 +235,20 @@ impl<K: Clone + Eq + Hash, V: Clone> Cache<K, V> {
         }
     }
 
+    /// Keeps `value` in its share; a full share first drops its expired
+    /// answers, then its oldest. The other share is never touched but for
+    /// the key's older answer (a token once rejected, now accepted).
     fn insert(&self, key: &K, value: &V, ttl: Ttl) {
         let now = Instant::now();
-        let mut entries = lock(&self.entries);
+        let mut shares = lock(&self.entries);
+        let [allowed, refused] = &mut *shares;
+        let (entries, other) = match ttl.share {
+            Share::Allowed => (allowed, refused),
+            Share::Refused => (refused, allowed),
+        };
+        other.remove(key);
         if entries.len() >= self.capacity && !entries.contains_key(key) {
-            entries.retain(|_, e| now < e.at + e.ttl.fresh + e.ttl.fallback);
+            entries.retain(|_, e| now < e.ttl.until(e.at));
             if entries.len() >= self.capacity {
                 let oldest = entries
                     .iter()
@@ -231,10 +275,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    const TTL: Ttl = Ttl {
-        fresh: Duration::from_secs(60),
-        fallback: Duration::from_secs(600),
-    };
+    const TTL: Ttl = Ttl::secs(60, 600);
 
     async fn ask(
         cache: &Cache<u32, bool>,
@@ -292,6 +333,32 @@ mod tests {
         }
         // The newest stay.
         assert_eq!(ask(&cache, 99, Ok(false)).await, Ok(Found::Cached(true)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refusals_fill_their_own_share_and_never_push_out_an_allowed_answer() {
+        let cache = Cache::new(4);
+        let share = |ok: &bool| if *ok { TTL } else { Ttl::refusal(10) };
+        let ask = |key: u32, ok: bool| {
+            let cache = &cache;
+            async move {
+                let answer = cache.get(&key, share, |_: &()| true, || async move { Ok(ok) });
+                answer.await
+            }
+        };
+        assert_eq!(ask(0, true).await, Ok(Found::Reviewed(true)));
+        for key in 1..100 {
+            assert_eq!(ask(key, false).await, Ok(Found::Reviewed(false)));
+            assert!(cache.len() <= 4 + 4, "{} entries", cache.len());
+        }
+        assert_eq!(ask(0, false).await, Ok(Found::Cached(true)));
+        assert_eq!(cache.len(), 1 + 4, "one allowed answer, four refusals");
+        // A key that changes share leaves the other one.
+        assert_eq!(ask(99, false).await, Ok(Found::Cached(false)));
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert_eq!(ask(99, true).await, Ok(Found::Reviewed(true)));
+        assert_eq!(cache.len(), 2 + 3, "99 is in one share only");
+        assert_eq!(ask(0, false).await, Ok(Found::Cached(true)));
     }
 
     /// A lookup whose review never ends, told when the review starts.

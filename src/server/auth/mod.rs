@@ -64,11 +64,12 @@ const FALLBACK_PATH: &str = "/metrics";
 /// does not answer, for [`FALLBACK_PATH`] only, so an API outage does not
 /// also blind the scrapes that would report it; a refusal never stands in.
 const TOKEN_TTL: Ttl = Ttl::secs(60, 600);
-const REJECTED_TTL: Ttl = Ttl::secs(10, 0);
+const REJECTED_TTL: Ttl = Ttl::refusal(10);
 const ALLOWED_TTL: Ttl = Ttl::secs(300, 600);
-const DENIED_TTL: Ttl = Ttl::secs(30, 0);
+const DENIED_TTL: Ttl = Ttl::refusal(30);
 
-/// Answers held per cache.
+/// Allowed answers held per cache, and as many refusals apart from them
+/// (see [`cache`]: refusals cannot push an allowed answer out).
 const CACHE_CAPACITY: usize = 1024;
 
 /// Why a request is refused.

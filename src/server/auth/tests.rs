@@ -435,3 +435,44 @@ async fn an_outage_is_one_warning_and_every_failure_is_counted() {
     assert!(check(&g, &h, "/metrics", Some("Bearer w")).await.is_err());
     assert_eq!(warnings.load(Ordering::SeqCst), 3);
 }
+
+/// Issue 43, item 3: a full cache dropped its oldest answer whatever it
+/// held, so about 1,100 requests with random tokens in ten seconds pushed
+/// Prometheus' identity out: its next scrape cost a TokenReview, and in an
+/// API outage nothing was left to stand in for it.
+#[tokio::test(start_paused = true)]
+async fn random_tokens_cannot_push_an_allowed_identity_out_of_the_cache() {
+    let (fake, g, h) = guarded();
+    assert_eq!(check(&g, &h, "/metrics", Some("Bearer good")).await, Ok(()));
+    let flood = CACHE_CAPACITY + 100;
+    for i in 0..flood {
+        let auth = format!("Bearer random-{i}");
+        assert!(matches!(
+            check(&g, &h, "/metrics", Some(&auth)).await,
+            Err(Refusal::Unauthenticated(_))
+        ));
+        if i % 100 == 0 {
+            tokio::time::advance(Duration::from_millis(800)).await;
+        }
+    }
+    let calls = fake.token_calls.load(Ordering::SeqCst);
+    assert_eq!(calls, 1 + flood, "one TokenReview per random token");
+    assert_eq!(check(&g, &h, "/metrics", Some("Bearer good")).await, Ok(()));
+    assert_eq!(
+        fake.token_calls.load(Ordering::SeqCst),
+        calls,
+        "the cached identity was pushed out by rejected tokens: a new TokenReview"
+    );
+    // Past its minute, the API server down: the older answer stands in.
+    tokio::time::advance(Duration::from_secs(120)).await;
+    fake.down.store(true, Ordering::SeqCst);
+    assert_eq!(check(&g, &h, "/metrics", Some("Bearer good")).await, Ok(()));
+    let Guard::Kubernetes(reviews) = &g else {
+        panic!("a kubernetes guard")
+    };
+    assert!(
+        reviews.tokens.len() <= 2 * CACHE_CAPACITY,
+        "{} answers cached",
+        reviews.tokens.len()
+    );
+}
