@@ -182,23 +182,32 @@ pub async fn respond(
     req: &Request<Incoming>,
     reviewed: impl FnOnce(),
 ) -> Response<RespBody> {
-    let path = req.uri().path();
+    let Some(target) = Target::of(req.uri()) else {
+        let mut r = boxed(reply(
+            StatusCode::BAD_REQUEST,
+            "text/plain; charset=utf-8",
+            "bad request: the request target must be a path, as in GET /metrics\n",
+        ));
+        secure(r.headers_mut());
+        keep_alive(r.headers_mut(), false);
+        return r;
+    };
     let checked = guard
         .check(
             &shared.health,
             req.method(),
-            path,
+            target.path,
             req.headers().get(AUTHORIZATION),
         )
         .await;
     let (mut r, let_in) = match checked {
         Err(refusal) => (boxed(refused(&refusal)), false),
         Ok(()) => {
-            let protected = !auth::is_open(path);
+            let protected = !auth::is_open(target.path);
             if protected && matches!(guard, Guard::Kubernetes(_)) {
                 reviewed();
             }
-            (answer(shared, cache, pages, req).await, protected)
+            (answer(shared, cache, pages, req, &target).await, protected)
         }
     };
     secure(r.headers_mut());
@@ -220,12 +229,37 @@ fn keep_alive(h: &mut hyper::HeaderMap, let_in: bool) {
     }
 }
 
-/// The answer to a request the guard let through.
+/// What a request asks for, when its target is a path: origin-form
+/// (`/locks/ns?x`), or absolute-form (`http://host/metrics`, which RFC 9112
+/// says a server must accept), of which only the path and query count,
+/// its authority ignored as `Host` is. The guard checks `path` and the
+/// answer is routed on the same string, so a target that is not a path
+/// (`GET x`, authority-form `host:80`, asterisk-form `*`) has no path to
+/// be checked for one thing and served as another: it is a 400.
+struct Target<'a> {
+    /// `/metrics`, `/locks/ns/Kind/name`: what the guard checks.
+    path: &'a str,
+    /// The path with its query, which the pages read their filters from.
+    path_and_query: &'a str,
+}
+
+impl<'a> Target<'a> {
+    fn of(uri: &'a hyper::Uri) -> Option<Target<'a>> {
+        let pq = uri.path_and_query()?;
+        pq.as_str().starts_with('/').then(|| Target {
+            path: pq.path(),
+            path_and_query: pq.as_str(),
+        })
+    }
+}
+
+/// The answer to a request the guard let through for `target`.
 async fn answer(
     shared: &Arc<Shared>,
     cache: &Arc<ScrapeCache>,
     pages: &Arc<Semaphore>,
     req: &Request<Incoming>,
+    target: &Target<'_>,
 ) -> Response<RespBody> {
     let header = |name| {
         req.headers()
@@ -233,14 +267,9 @@ async fn answer(
             .and_then(|v: &HeaderValue| v.to_str().ok())
     };
     let method = req.method().clone();
-    // The pages read their filters from the query string.
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
+    let path = target.path_and_query.to_owned();
     let accept = header(ACCEPT).map(str::to_owned);
-    if req.uri().path() == "/metrics" && (method == Method::GET || method == Method::HEAD) {
+    if target.path == "/metrics" && (method == Method::GET || method == Method::HEAD) {
         let format = negotiate::format(accept.as_deref());
         let encoding = AcceptEncoding::negotiate(header(ACCEPT_ENCODING));
         return match cache.body(format, encoding == AcceptEncoding::Gzip).await {
@@ -264,7 +293,7 @@ async fn answer(
             }
         };
     }
-    if !is_page(&method, req.uri().path()) {
+    if !is_page(&method, target.path) {
         // Probes and refusals read a few flags: no need for a thread hop.
         return boxed(handle(shared, &method, &path));
     }

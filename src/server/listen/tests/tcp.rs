@@ -152,3 +152,115 @@ async fn tcp_clients_that_never_read_cannot_keep_a_scraper_out() {
         "the whole body arrived"
     );
 }
+
+/// Token `prometheus` may get every path; the paths asked about are kept.
+#[derive(Default)]
+struct Recording {
+    paths: Mutex<Vec<String>>,
+}
+
+impl crate::server::auth::Reviewer for Recording {
+    fn token<'a>(&'a self, token: &'a str) -> Answer<'a, Identity> {
+        Box::pin(async move {
+            Ok(match token {
+                "prometheus" => Identity::Authenticated(User {
+                    name: "system:serviceaccount:monitoring:prometheus".into(),
+                    ..User::default()
+                }),
+                _ => Identity::Rejected,
+            })
+        })
+    }
+
+    fn access<'a>(&'a self, _user: &'a User, _verb: &'a str, path: &'a str) -> Answer<'a, bool> {
+        if let Ok(mut paths) = self.paths.lock() {
+            paths.push(path.to_owned());
+        }
+        Box::pin(async { Ok(true) })
+    }
+}
+
+use crate::server::auth::review::Answer;
+use crate::server::auth::{Identity, User};
+
+/// Sends `request` as it is on a new TCP connection; the whole answer,
+/// read until the server closes.
+async fn raw(addr: std::net::SocketAddr, request: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(addr).await else {
+        panic!("cannot connect");
+    };
+    assert!(s.write_all(request.as_bytes()).await.is_ok());
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "{request:?}: not answered and closed");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Issue 43, item 4: `GET x HTTP/1.1` (a target that is not a path) was
+/// reviewed for the path "" and answered as `/`, the locks page, rendered
+/// outside the page-render bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_is_not_a_path_is_a_400_before_any_review() {
+    let (shared, _rx) = Shared::new();
+    hold_a_lock(&shared);
+    let cache = ScrapeCache::new(shared.clone());
+    let Ok(listener) = TcpListener::bind("127.0.0.1:0").await else {
+        panic!("cannot bind a loopback port");
+    };
+    let Ok(addr) = listener.local_addr() else {
+        panic!("no local address");
+    };
+    let recording = Arc::new(Recording::default());
+    let (_stop, stop_rx) = watch::channel(false);
+    let endpoint = Endpoint {
+        transport: Transport::Plain,
+        guard: Guard::kubernetes(recording.clone()),
+    };
+    tokio::spawn(serve_with(
+        listener,
+        shared,
+        cache,
+        Config::DEFAULT,
+        endpoint,
+        stop_rx,
+    ));
+    let headers = "Host: x\r\nAuthorization: Bearer prometheus\r\nConnection: close\r\n\r\n";
+    for target in [
+        "GET x",
+        "GET x:80",
+        "GET *",
+        "OPTIONS *",
+        "GET metrics",
+        "HEAD locks/ns/TerraformMachine/web",
+    ] {
+        let answer = raw(addr, &format!("{target} HTTP/1.1\r\n{headers}")).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "{target:?}: {}",
+            answer.lines().next().unwrap_or("")
+        );
+    }
+    // Absolute-form is HTTP/1.1 (RFC 9112 3.2.2): reviewed and routed on
+    // its path alone.
+    let absolute = raw(addr, &format!("GET http://x/metrics HTTP/1.1\r\n{headers}")).await;
+    assert!(absolute.starts_with("HTTP/1.1 200"), "{absolute}");
+    assert!(absolute.contains("# EOF"), "not the exposition: {absolute}");
+    let probe = raw(
+        addr,
+        "GET http://x/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(probe.starts_with("HTTP/1.1 200"), "{probe}");
+    let anonymous = raw(
+        addr,
+        "GET http://x/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
+    let paths = recording
+        .paths
+        .lock()
+        .map(|p| p.clone())
+        .unwrap_or_default();
+    assert_eq!(paths, ["/metrics"], "the paths reviewed");
+}
