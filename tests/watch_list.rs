@@ -1,7 +1,8 @@
 //! Starting like client-go: one streaming watch-list per resource
 //! (`sendInitialEvents=true`, ended by the `k8s.io/initial-events-end`
 //! bookmark), and the paged list for a server that does not stream, chosen
-//! once per server and counted in `watch_syncs_total{mode}`.
+//! once per server on a definitive answer (tests/watch_list_fallback.rs has
+//! the answers that are not) and counted in `watch_syncs_total{mode}`.
 //!
 //! The scripted API (`support::FakeApi`) answers as kube-apiserver does;
 //! the same paths run against the real one in `tests/realkube/test_watch.py`.
@@ -105,9 +106,10 @@ async fn a_streaming_server_is_read_with_one_watch_list_per_resource_and_no_list
 
 /// Objects streamed before the initial-events-end bookmark are not shown
 /// and do not make the exporter ready; a server that never sends the
-/// bookmark is then listed in pages, and so is every later whole sync.
+/// bookmark is then listed in pages for that sync (silence is no
+/// definitive answer: the next whole sync streams again).
 #[tokio::test(start_paused = true)]
-async fn a_half_streamed_state_is_never_shown_and_no_end_bookmark_means_paged() {
+async fn a_half_streamed_state_is_never_shown_and_no_end_bookmark_pages_that_sync() {
     let api = FakeApi::streaming(|path, is_watch, n| match (path, is_watch, n) {
         // An ordinary watch from "now" with its objects as ADDED: what an
         // API server that ignores sendInitialEvents answers.
@@ -134,7 +136,7 @@ async fn a_half_streamed_state_is_never_shown_and_no_end_bookmark_means_paged() 
     })
     .await;
     assert!(shared.health.ready());
-    assert!(!ctx.watch_list.streams(), "paged from now on");
+    assert!(ctx.watch_list.streams(), "silence pages that sync only");
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 1);
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 0);
     assert_eq!(shared.health.syncs(Resource::Pods, SyncMode::Stream), 1);
@@ -245,9 +247,10 @@ async fn a_relist_streams_again_and_replaces_the_scope_at_its_end() {
     );
 }
 
-/// An ordinary watch for an answer (a bookmark without the annotation, then
-/// the end of the stream, as a server that ignores sendInitialEvents
-/// closes a watch) falls back at once, without waiting for a silence.
+/// An ordinary watch for an answer (the Leases: a bookmark without the
+/// annotation, as a server that ignores sendInitialEvents sends one) makes
+/// every watch list in pages, and an early end (the pods) pages that sync;
+/// both at once, without waiting for a silence.
 #[tokio::test(start_paused = true)]
 async fn a_plain_bookmark_or_an_early_end_falls_back_at_once() {
     let api = FakeApi::streaming(|path, is_watch, n| match (path, is_watch, n) {

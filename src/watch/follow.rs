@@ -11,12 +11,14 @@
 //! that bookmark, at once: a scrape never sees a half-synced resource. From
 //! there on the same request is an ordinary watch.
 //!
-//! A server that ignores the parameters (older than 1.27, or a proxy that
-//! drops them) answers an ordinary watch instead: changes (MODIFIED,
-//! DELETED) or a bookmark without the annotation before any
-//! initial-events-end, an end of the stream, or silence after its
-//! objects. Each ends the attempt as [`WatchEnd::NotStreaming`] and the
-//! loop lists in pages from then on.
+//! A server that ignores the parameters (a proxy that drops them; a server
+//! older than 1.27 refuses `resourceVersionMatch` on a watch) answers an
+//! ordinary watch instead: changes (MODIFIED, DELETED) or a bookmark
+//! without the annotation before any initial-events-end. Either ends the
+//! attempt as [`WatchEnd::NotStreaming`], and every watch lists in pages
+//! from then on. An end of the stream, or silence, before that bookmark
+//! says nothing definite (a server that restarts or is slow does the
+//! same): [`WatchEnd::CutShort`] pages that one sync only.
 
 use futures::StreamExt;
 use kube::api::{Api, WatchEvent, WatchParams};
@@ -154,15 +156,17 @@ where
             silence_limit(&sink.ctx.api, timing, seconds, scope.bookmarks_seen)
         };
         // A relist that is due ends the watch even if it keeps streaming
-        // (a server or proxy that ignores `timeoutSeconds`).
+        // (a server or proxy that ignores `timeoutSeconds`). Not during
+        // initial events: they are that relist, and a due one would leave
+        // them no time at all.
         let wait = match scope.relist_by {
-            Some(by) => by.saturating_duration_since(Instant::now()).min(limit),
-            None => limit,
+            Some(by) if !initial => by.saturating_duration_since(Instant::now()).min(limit),
+            _ => limit,
         };
         let item = match tokio::time::timeout(wait, stream.next()).await {
             Err(_) if initial => {
-                return WatchEnd::NotStreaming(
-                    "no initial-events-end bookmark came (the server does not stream watch-lists)",
+                return WatchEnd::CutShort(
+                    "no initial event and no initial-events-end bookmark for the request timeout",
                 );
             }
             Err(_) if scope.relist_by.is_some_and(|by| by <= Instant::now()) => {
@@ -187,10 +191,10 @@ where
             }
             Ok(None) if initial => {
                 // Ended before its initial events did: a server that
-                // streams ends a watch-list there only when it goes away
-                // (a restart: the paged list will say so), one that does
-                // not closes ordinary watches so.
-                return WatchEnd::NotStreaming(
+                // streams ends a watch-list there when it goes away (a
+                // restart: the paged list will say so), and a proxy that
+                // drops the parameters may close an ordinary watch so.
+                return WatchEnd::CutShort(
                     "the watch-list ended before its initial-events-end bookmark",
                 );
             }

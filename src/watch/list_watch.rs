@@ -9,8 +9,10 @@
 //!
 //! - a whole state of the scope comes from one streaming watch-list
 //!   (`sendInitialEvents=true`, ended by the `k8s.io/initial-events-end`
-//!   bookmark) where the server streams them, else from a paged list; the
-//!   choice is made once per server ([`crate::watch::WatchList`]) and counted
+//!   bookmark) where the server streams them, else from a paged list; a
+//!   definitive answer (a refusal, an ordinary watch) makes the choice for
+//!   every watch of the process ([`crate::watch::WatchList`]), a watch-list
+//!   cut short pages that sync only; each sync is counted
 //!   (`watch_syncs_total{mode}`);
 //! - a list page or watch-start request that gets no answer within
 //!   [`Timing::request`] is a `timeout` failure;
@@ -51,7 +53,7 @@ use crate::watch::proto::Protobuf;
 use crate::watch::request::{bounded, Failed};
 use crate::watch::resources::Selectors;
 use crate::watch::sink::{Item, Sink};
-use crate::watch::state::{step, Action, Failure, Outcome, Scope, State};
+use crate::watch::state::{step, Action, Failure, Outcome, PagedOnce, Scope, State};
 use crate::watch::timing::{Backoff, Timing};
 
 /// Why the list-then-watch loop returned.
@@ -100,12 +102,20 @@ where
         started = Instant::now();
         outcome = match action {
             Action::List { after } => {
-                if let Some(err) = after {
-                    tracing::debug!(
-                        resource = sink.ingest.resource().as_str(),
+                let resource = sink.ingest.resource().as_str();
+                match after {
+                    Some(PagedOnce::CacheInitializing(err)) => tracing::debug!(
+                        resource,
                         error = %err,
                         "the watch cache is initializing; this sync is a paged list"
-                    );
+                    ),
+                    Some(PagedOnce::CutShort(why)) => tracing::info!(
+                        resource,
+                        scope = sink.ingest.namespace(),
+                        reason = why,
+                        "a watch-list was cut short; this sync is a paged list, the next one streams again"
+                    ),
+                    None => {}
                 }
                 match list(&mut sink, &api, &selectors, timing, &trim).await {
                     Ok(rv) => Outcome::Listed(rv),

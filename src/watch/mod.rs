@@ -59,9 +59,11 @@ pub struct Context {
 
 /// Whether the API server streams watch-lists, learned once per process
 /// and shared by every watch: all start with a streaming watch-list, and
-/// the first sign that the server does not stream one (it refuses the
-/// parameters, or answers an ordinary watch) makes every watch list in
-/// pages from then on, as client-go falls back to a list.
+/// the first definitive sign that the server does not stream one (it
+/// refuses the parameters, or answers an ordinary watch) makes every watch
+/// list in pages from then on. A watch-list cut short (an early end,
+/// silence) is no such sign: that sync alone is paged, as client-go's
+/// reflector lists after any failed watch-list and streams the next time.
 #[derive(Debug)]
 pub struct WatchList {
     paged: AtomicBool,

@@ -23,8 +23,8 @@ pub(super) enum State {
     /// streams them, else a paged list.
     Start,
     /// A paged list is in flight. `may_give_up`: the caller's `give_up`
-    /// is asked about its failure (not for the list that stands in for a
-    /// watch-list refused while the watch cache fills).
+    /// is asked about its failure (not for a list that stands in for a
+    /// watch-list the server answered: the resource is served).
     Listing { may_give_up: bool },
     /// A watch from `rv` is next (unless a relist is pending).
     Resume { rv: String },
@@ -39,7 +39,8 @@ pub(super) struct Scope {
     /// A whole state has been synced once.
     pub(super) synced: bool,
     /// When the scope must be listed again because a watch event could not
-    /// be decoded (set by `follow`, cleared by a whole sync).
+    /// be decoded (set by `follow`, cleared by a whole sync). A watch-list
+    /// in its initial events is that sync: it does not end them.
     pub(super) relist_by: Option<Instant>,
     /// A watch of this scope has had a bookmark that was not the end of
     /// initial events: the server sends them, so a silence is a fault.
@@ -92,9 +93,25 @@ pub(super) enum WatchEnd {
     Resume(String),
     /// A request or the stream failed; resume from the version if any.
     Failed(Failed, Option<String>),
-    /// A watch-list did not stream its initial events as asked (the
-    /// server ignores `sendInitialEvents`): list in pages from now on.
+    /// A watch-list was answered with an ordinary watch (a change, or a
+    /// bookmark without initial-events-end, before that bookmark): the
+    /// server ignores `sendInitialEvents`, and every watch lists in pages
+    /// from now on.
     NotStreaming(&'static str),
+    /// A watch-list ended, or went silent, before its initial-events-end
+    /// bookmark. That says nothing definite of the server (one that
+    /// restarts or is slow does the same): this sync is listed in pages,
+    /// the next one streams again.
+    CutShort(&'static str),
+}
+
+/// Why one sync is a paged list on a server that streams watch-lists.
+#[derive(Debug)]
+pub(super) enum PagedOnce {
+    /// The watch-list was refused while the watch cache fills.
+    CacheInitializing(Failed),
+    /// The watch-list was cut short ([`WatchEnd::CutShort`]).
+    CutShort(&'static str),
 }
 
 /// What came of the last [`Action`]. `started` (given to [`step`]) is when
@@ -116,8 +133,8 @@ pub(super) enum Outcome {
 /// What the driver does next.
 #[derive(Debug)]
 pub(super) enum Action {
-    /// A paged list; `after` is the refused watch-list it replaces.
-    List { after: Option<Failed> },
+    /// A paged list; `after` says why, when it stands in for a watch-list.
+    List { after: Option<PagedOnce> },
     /// Open a watch (see [`State::Watching`]) with `timeoutSeconds` of
     /// `seconds`, not before `not_before`.
     Open {
@@ -181,6 +198,14 @@ pub(super) fn step(
                     next(State::Resume { rv }, scope, streams)
                 }
                 WatchEnd::NotStreaming(why) => (State::Start, Action::FallBack(why.to_string())),
+                // As client-go's reflector does for any watch-list that
+                // fails: this one sync is a list.
+                WatchEnd::CutShort(why) => (
+                    State::Listing { may_give_up: false },
+                    Action::List {
+                        after: Some(PagedOnce::CutShort(why)),
+                    },
+                ),
                 WatchEnd::Failed(failed, resume) => {
                     let then = match resume {
                         Some(rv) if resumes_after(&failed, true) => State::Resume { rv },
@@ -213,7 +238,7 @@ fn open_failed(
         Failed::Api(err) if streaming && cache_initializing(&err) => (
             State::Listing { may_give_up: false },
             Action::List {
-                after: Some(Failed::Api(err)),
+                after: Some(PagedOnce::CacheInitializing(Failed::Api(err))),
             },
         ),
         Failed::Api(err) if streaming && rejects_streaming(&err) => (
