@@ -47,43 +47,17 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use super::auth::Guard;
+use super::auth::{Guard, MAX_TOKEN_BYTES};
 use super::deadline::{ResponseClock, Tracked};
 use super::episode::Episode;
 use super::observed::Observed;
 use super::respond;
 use super::slots::{Registered, Slots};
-use super::tls::Certificates;
 use crate::metrics::{Exposition, ScrapeCache};
 use crate::shared::Shared;
 
-/// How connections are spoken to.
-#[derive(Clone, Debug)]
-pub enum Transport {
-    /// Plain HTTP/1.1.
-    Plain,
-    /// HTTP/1.1 over TLS 1.2 or 1.3, the certificate from [`Certificates`].
-    Tls(Arc<Certificates>),
-}
-
-/// What the endpoint speaks and who may read it.
-#[derive(Clone, Debug)]
-pub struct Endpoint {
-    /// Plain or TLS.
-    pub transport: Transport,
-    /// Who may read the protected paths.
-    pub guard: Guard,
-}
-
-impl Endpoint {
-    /// Plain HTTP, everyone allowed: the demo's endpoint and the tests'.
-    pub fn open_plain() -> Endpoint {
-        Endpoint {
-            transport: Transport::Plain,
-            guard: Guard::Open,
-        }
-    }
-}
+mod config;
+pub use config::{Config, Endpoint, Transport};
 
 /// What every connection's requests are answered from.
 struct App {
@@ -91,58 +65,6 @@ struct App {
     cache: Arc<ScrapeCache>,
     pages: Arc<Semaphore>,
     guard: Guard,
-}
-
-/// Limits of the admin server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Config {
-    /// Time for a request head to arrive, on a new or an idle keep-alive
-    /// connection.
-    pub header_read_timeout: Duration,
-    /// Connections open at once.
-    pub max_connections: usize,
-    /// How long responses in flight may take to finish on shutdown.
-    pub drain: Duration,
-    /// The longest a response may take, from its request head being read
-    /// to its last byte being handed to the socket; past it the connection
-    /// is dropped.
-    pub response_timeout: Duration,
-    /// On-call pages (`/`, `/locks/...`) rendered at once.
-    pub max_page_renders: usize,
-    /// At the connection cap, how long an owed answer must have been still,
-    /// or a connection owed nothing must have been open, before a newcomer
-    /// may take its slot.
-    pub stalled_after: Duration,
-}
-
-impl Config {
-    /// The production limits. 128 connections leave room for several
-    /// Prometheus replicas and humans, and since a newcomer at the cap takes
-    /// the slot of a connection not using it, more slots would only let
-    /// clients that never read pin more memory; 10 s is Prometheus' default scrape
-    /// timeout; 5 s of drain fits in Kubernetes' default 30 s grace period.
-    ///
-    /// 30 s per response is three times Prometheus' default scrape timeout
-    /// (a scraper has hung up long before) and lets even the uncompressed
-    /// 47 MB exposition of 100k objects through at 1.6 MB/s, far below any
-    /// in-cluster link; it bounds how long a reader that stopped reading
-    /// keeps its slot and the body it pins. Four page renders at once are
-    /// plenty for people; each walks the index under its read lock on a
-    /// blocking thread, so more would only queue behind each other.
-    pub const DEFAULT: Config = Config {
-        header_read_timeout: Duration::from_secs(10),
-        max_connections: 128,
-        drain: Duration::from_secs(5),
-        response_timeout: Duration::from_secs(30),
-        max_page_renders: 4,
-        stalled_after: Duration::from_secs(1),
-    };
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config::DEFAULT
-    }
 }
 
 /// Where connections come from: a TCP listener, or a test's fake.
@@ -364,6 +286,15 @@ async fn accept_loop<L: Listener>(
     }
 }
 
+/// The most hyper buffers per connection, of a request head as it arrives
+/// and of response bytes queued for the socket: a GET with the longest
+/// bearer token the guard looks at and 16 KiB of other headers. A head
+/// past it is answered 431 and its connection closed. hyper's default
+/// (about 408 KiB) let each of the 128 connections hold that much of a
+/// head nobody needs; response bytes are shared chunks, so a smaller
+/// queue only batches fewer of them into one write.
+const MAX_BUFFER: usize = MAX_TOKEN_BYTES + 16 * 1024;
+
 /// The most TLS output a connection buffers: one full record (16 KiB of
 /// plaintext) and its overhead.
 const TLS_BUFFER_LIMIT: usize = 17 * 1024;
@@ -447,7 +378,8 @@ async fn http<I>(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout);
+        .header_read_timeout(config.header_read_timeout)
+        .max_buf_size(MAX_BUFFER);
     let io = Observed {
         io,
         observer: clock.clone(),

@@ -451,4 +451,5 @@ fn content_length(bytes: &[u8]) -> Option<usize> {
 
 mod deadlines;
 mod fair;
+mod limits;
 mod tcp;
