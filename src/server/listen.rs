@@ -17,7 +17,9 @@
 //!   connection open for another request; probes and refusals say
 //!   `Connection: close` (see [`super::respond`]), so a client that
 //!   pipelines them and reads slowly is answered once per connection.
-//! - Over TLS, the handshake must finish within `header_read_timeout`.
+//! - Over TLS, the handshake must finish within `header_read_timeout`;
+//!   handshakes that fail or time out are counted and summed up for all
+//!   clients in one line a minute at most (see [`super::handshakes`]).
 //! - An `accept()` error (EMFILE, ENFILE, ENOBUFS...) sleeps 10 ms doubling
 //!   to 1 s, and is logged once per episode, not once per attempt.
 //! - Every response must be written whole within `response_timeout` of its
@@ -50,6 +52,7 @@ use tokio::sync::{watch, Semaphore};
 use super::auth::{Guard, MAX_TOKEN_BYTES};
 use super::deadline::{ResponseClock, Tracked};
 use super::episode::Episode;
+use super::handshakes::Handshakes;
 use super::observed::Observed;
 use super::respond;
 use super::slots::{Registered, Slots};
@@ -65,6 +68,7 @@ struct App {
     cache: Arc<ScrapeCache>,
     pages: Arc<Semaphore>,
     guard: Guard,
+    handshakes: Handshakes,
 }
 
 /// Where connections come from: a TCP listener, or a test's fake.
@@ -197,21 +201,25 @@ async fn serve_limited<L: Listener>(
     shutdown: watch::Receiver<bool>,
 ) {
     let refresh = cache.clone().refresh();
-    let app = App {
+    let app = Arc::new(App {
         shared,
         cache,
         pages,
         guard: endpoint.guard,
-    };
+        handshakes: Handshakes::default(),
+    });
     tokio::select! {
-        () = accept_loop(listener, app, endpoint.transport, config, shutdown) => {}
+        () = accept_loop(listener, app.clone(), endpoint.transport, config, shutdown) => {}
         () = refresh => tracing::error!("the exposition stopped being rendered"),
+        () = app.handshakes.summaries() => {}
     }
+    // What failed since the last summary is not lost at shutdown.
+    app.handshakes.summarize();
 }
 
 async fn accept_loop<L: Listener>(
     mut listener: L,
-    app: App,
+    app: Arc<App>,
     transport: Transport,
     config: Config,
     mut shutdown: watch::Receiver<bool>,
@@ -231,7 +239,6 @@ async fn accept_loop<L: Listener>(
             }
         },
     };
-    let app = Arc::new(app);
     let mut backoff = AcceptBackoff::default();
     loop {
         let accepted = tokio::select! {
@@ -332,11 +339,9 @@ async fn connection<I>(
             stream.get_mut().1.set_buffer_limit(Some(TLS_BUFFER_LIMIT));
             http(stream, app, &registered, config, shutdown).await
         }
-        Ok(Err(err)) => tracing::debug!(error = %err, "TLS handshake failed"),
-        Err(_) => tracing::debug!(
-            timeout = ?config.header_read_timeout,
-            "TLS handshake not finished in time; connection closed"
-        ),
+        // Counted, and logged for all clients once a minute at most.
+        Ok(Err(err)) => app.handshakes.failed(&err),
+        Err(_) => app.handshakes.timed_out(),
     }
 }
 

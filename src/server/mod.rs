@@ -11,6 +11,7 @@
 pub mod auth;
 mod deadline;
 mod episode;
+mod handshakes;
 mod listen;
 mod negotiate;
 mod observed;

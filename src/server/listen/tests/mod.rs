@@ -451,5 +451,6 @@ fn content_length(bytes: &[u8]) -> Option<usize> {
 
 mod deadlines;
 mod fair;
+mod handshakes;
 mod limits;
 mod tcp;
