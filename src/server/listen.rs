@@ -49,12 +49,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use super::auth::{Guard, MAX_TOKEN_BYTES};
+use super::auth::MAX_TOKEN_BYTES;
 use super::deadline::{ResponseClock, Tracked};
 use super::episode::Episode;
 use super::handshakes::Handshakes;
 use super::observed::Observed;
-use super::respond;
+use super::pins::Pins;
+use super::respond::Answers;
 use super::slots::{Registered, Slots};
 use crate::metrics::{Exposition, ScrapeCache};
 use crate::shared::Shared;
@@ -62,12 +63,9 @@ use crate::shared::Shared;
 mod config;
 pub use config::{Config, Endpoint, Transport};
 
-/// What every connection's requests are answered from.
+/// What every connection is served from.
 struct App {
-    shared: Arc<Shared>,
-    cache: Arc<ScrapeCache>,
-    pages: Arc<Semaphore>,
-    guard: Guard,
+    answers: Answers,
     handshakes: Handshakes,
 }
 
@@ -202,10 +200,13 @@ async fn serve_limited<L: Listener>(
 ) {
     let refresh = cache.clone().refresh();
     let app = Arc::new(App {
-        shared,
-        cache,
-        pages,
-        guard: endpoint.guard,
+        answers: Answers {
+            shared,
+            cache,
+            pages,
+            guard: endpoint.guard,
+            pins: Arc::default(),
+        },
         handshakes: Handshakes::default(),
     });
     tokio::select! {
@@ -366,16 +367,7 @@ async fn http<I>(
             let guard = clock.start();
             conn.asked();
             async move {
-                let reviewed = || conn.reviewed();
-                let r = respond(
-                    &app.shared,
-                    &app.cache,
-                    &app.pages,
-                    &app.guard,
-                    &req,
-                    reviewed,
-                )
-                .await;
+                let r = app.answers.respond(&req, &conn).await;
                 Ok::<_, Infallible>(r.map(|body| Tracked { body, guard }.boxed()))
             }
         })
@@ -399,6 +391,13 @@ async fn http<I>(
         }
         () = registered.conn.evicted() => {
             tracing::debug!("connection closed to give its slot to a new one (at the cap, it was not using it)");
+            return;
+        }
+        () = registered.conn.cut_off() => {
+            tracing::debug!(
+                superseded = Pins::SUPERSEDED,
+                "connection closed: its answer kept a body more renders old than the bound (a slow reader)"
+            );
             return;
         }
         () = stopping(&mut shutdown) => {

@@ -74,6 +74,11 @@ pub(super) struct Conn {
     /// The connection's response deadline: whether an answer is owed.
     clock: OnceLock<Arc<ResponseClock>>,
     evict: Notify,
+    /// Told when its answer holds a body too many renders old (see
+    /// [`super::pins`]).
+    cut: Notify,
+    #[cfg(test)]
+    was_cut: std::sync::atomic::AtomicBool,
 }
 
 impl Conn {
@@ -119,6 +124,24 @@ impl Conn {
     /// Resolves when the slots take this connection's slot back.
     pub(super) async fn evicted(&self) {
         self.evict.notified().await;
+    }
+
+    /// Closes the connection: its answer keeps a superseded body.
+    pub(super) fn cut(&self) {
+        #[cfg(test)]
+        self.was_cut.store(true, Ordering::Relaxed);
+        // notify_one keeps a permit, as for an eviction.
+        self.cut.notify_one();
+    }
+
+    /// Resolves when [`Conn::cut`] was called.
+    pub(super) async fn cut_off(&self) {
+        self.cut.notified().await;
+    }
+
+    #[cfg(test)]
+    pub(super) fn is_cut(&self) -> bool {
+        self.was_cut.load(Ordering::Relaxed)
     }
 }
 
@@ -168,6 +191,9 @@ impl Slots {
             standing: AtomicU8::new(Standing::Opened as u8),
             clock: OnceLock::new(),
             evict: Notify::new(),
+            cut: Notify::new(),
+            #[cfg(test)]
+            was_cut: std::sync::atomic::AtomicBool::new(false),
         });
         self.lock().insert(id, conn.clone());
         Registered {

@@ -16,6 +16,7 @@ use crate::core::kind::Kind;
 use crate::core::lockinfo::parse_lock_info;
 use crate::core::suffix::{lock_lease_name, state_suffix};
 use crate::index::{IndexResource, LockLease, ObjectKey, TfObject};
+use crate::server::auth::Guard;
 
 /// Connections (or errors) handed out in order; pends when none is queued.
 struct Fake {
@@ -453,4 +454,5 @@ mod deadlines;
 mod fair;
 mod handshakes;
 mod limits;
+mod pins;
 mod tcp;
