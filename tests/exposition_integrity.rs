@@ -1,13 +1,16 @@
 //! No Lease can render series under another object's labels: Leases that
 //! copy a real object's labels, or whose suffix is another object's name,
-//! keep their own series.
+//! keep their own series. (The same over random sequences of every input:
+//! `metrics::tests::label_sets_are_unique_per_family_after_every_change`.)
 
 use std::collections::HashMap;
 
 use captf_lock_exporter::core::kind::Kind;
 use captf_lock_exporter::core::suffix::state_suffix;
 use captf_lock_exporter::index::fixtures::held_lease;
-use captf_lock_exporter::index::{Effects, Index, IndexResource, LockLease, ObjectKey, TfObject};
+use captf_lock_exporter::index::{
+    Effects, ForceUnlockEvent, Index, IndexResource, LockLease, ObjectKey, TfObject,
+};
 use captf_lock_exporter::metrics::{render, Format};
 use captf_lock_exporter::shared::Shared;
 
@@ -128,4 +131,58 @@ fn a_lease_cannot_impersonate_another_object_in_the_exposition() {
         .filter(|l| l.starts_with("captf_state_lock_info{") && l.contains("name=\"web\""))
         .count();
     assert_eq!(web_holders, 1, "{text}");
+}
+
+/// Every series of `text` that appears more than once (OpenMetrics forbids
+/// two samples with one label set in a family).
+fn duplicates(text: &str) -> Vec<(String, usize)> {
+    let mut dups: Vec<(String, usize)> = series_counts(text)
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .collect();
+    dups.sort();
+    dups
+}
+
+/// Issue 43, item 5: a tenant who may create Leases and Events. Lease
+/// `web-m` (owner-kind TerraformMachine, no owner-name) is shown as
+/// (TerraformMachine, web-m); a second Lease under the suffix an object
+/// named `web-m` would have, and a ForceUnlocked Event about that object,
+/// put its counter beside the second Lease too. One label set, twice.
+#[test]
+fn a_lease_named_like_an_object_shares_no_force_unlock_series_with_its_lock() {
+    let m = Kind::TerraformMachine;
+    let real = state_suffix(NS, m, "web-m");
+    let (shared, _rx) = Shared::new();
+    shared.update(|ix: &mut Index, now| {
+        let (k, l) = lease("web-m", Some("TerraformMachine"), None, "mallory@laptop");
+        let mut fx = ix.apply(k, l, now);
+        let (k, l) = lease(&real, None, None, "mallory@laptop");
+        fx.class_changes.extend(ix.apply(k, l, now).class_changes);
+        let ev = ForceUnlockEvent {
+            namespace: NS.into(),
+            kind: "TerraformMachine".into(),
+            name: "web-m".into(),
+            occurrences: 1,
+            last_seen: Some(1_700_000_000.0),
+        };
+        ix.apply(ObjectKey::new(NS, "ev-1"), ev, now);
+        fx
+    });
+    for format in [Format::OpenMetrics, Format::Prometheus] {
+        let text = render(&shared, format).expect("renders");
+        let dups = duplicates(&text);
+        assert!(
+            dups.is_empty(),
+            "{format:?}: duplicate series {dups:?}\n{text}"
+        );
+        // The counter of the object named web-m is shown once, beside the
+        // lock its name gives.
+        let counted = text
+            .lines()
+            .filter(|l| l.starts_with("captf_state_lock_force_unlocks_total{"))
+            .filter(|l| l.contains("kind=\"TerraformMachine\",name=\"web-m\""))
+            .count();
+        assert_eq!(counted, 1, "{format:?}:\n{text}");
+    }
 }

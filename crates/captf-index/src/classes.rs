@@ -232,8 +232,11 @@ impl Index {
     ///   the Lease's suffix (see [`Self::owner_of`]);
     /// - else the kind from the labels or the suffix, and the suffix as the
     ///   name. Suffixes are unique per namespace, but an object may be
-    ///   *named* like one (`x-m`): when that (kind, name) belongs to another
-    ///   lock or object, the kind is left empty, which no object has.
+    ///   *named* like one (`x-m`): when the key that (kind, name) gives has
+    ///   an object or any lock Lease, the kind is left empty, which no
+    ///   object has. Any Lease, not only one whose labels prove the name:
+    ///   the force-unlock counter of that name is shown beside it
+    ///   ([`Index::force_unlocks_beside`]), and must not be shown twice.
     pub(super) fn display_owner(&self, key: &LockKey, lease: &LockLease) -> (&'static str, String) {
         // `lease` may already be out of the map (a deletion being logged).
         if let Some(obj) = self.policy.object(key) {
@@ -251,7 +254,7 @@ impl Index {
             &key.namespace,
             state_suffix(&key.namespace, kind, &key.suffix),
         );
-        let taken = self.owner_of(&claimed).is_some();
+        let taken = self.policy.object(&claimed).is_some() || self.locks.contains(&claimed);
         (if taken { "" } else { kind.as_str() }, key.suffix.clone())
     }
 }

@@ -128,9 +128,9 @@ pub struct Index {
     changes: Changes,
     /// Locks shown under a name that depends on another key: a Lease
     /// whose object is unknown and whose owner labels do not prove its
-    /// name is shown with its kind only while no object claims
-    /// (namespace, kind, its suffix); by that claimed key. A change of the
-    /// claimed key marks the claimant too.
+    /// name is shown with its kind only while the key (namespace, kind,
+    /// its suffix) gives has no object and no Lease; by that claimed key.
+    /// A change of the claimed key marks the claimant too.
     claims: std::collections::HashMap<LockKey, LockKey>,
     /// Set by [`Index::begin_start`] until [`Index::finish_start`]: the
     /// first lists are still arriving, one kind at a time.
