@@ -1,12 +1,15 @@
 //! The admin HTTP server: `/metrics`, `/healthz`, `/readyz` and `/`.
 //!
-//! `/metrics` is answered from the scrape cache (shared bytes, gzip when
-//! asked); `listen` owns the accept loop and its limits: header-read
+//! `respond` answers one request: the target, the guard, `/metrics` from
+//! the scrape cache (shared bytes, gzip when asked, at most a few
+//! superseded snapshots kept by slow readers: `pins`), the pages, the
+//! probes. `listen` owns the accept loop and its limits: header-read
 //! timeout, response deadline, connection cap with fair slots (`slots`),
-//! page-render bound, backoff on accept errors, graceful shutdown. `tls`
-//! serves the certificate (files read again when they change, or
-//! self-signed); `auth` decides who may read the protected paths (the API
-//! server's TokenReview and SubjectAccessReview).
+//! page-render bound, backoff on accept errors, failed TLS handshakes
+//! summed up (`handshakes`), graceful shutdown. `tls` serves the
+//! certificate (files read again when they change, or self-signed);
+//! `auth` decides who may read the protected paths (the API server's
+//! TokenReview and SubjectAccessReview).
 
 pub mod auth;
 mod deadline;
