@@ -5,7 +5,9 @@
 //!   not be read does not leave a ghost behind a watch that resumes from
 //!   bookmarks for ever;
 //! - a server or proxy that answers a watch and closes it at once does not
-//!   make a tight request loop, and the episode is counted.
+//!   make a tight request loop, and the episode is counted;
+//! - a bookmark without a resourceVersion is a decode error, and the watch
+//!   keeps its version.
 
 mod support;
 
@@ -242,4 +244,47 @@ async fn a_watch_line_too_long_to_read_is_skipped_and_counted_and_the_stream_goe
     assert!(shows_lock(&text, "a"), "the relist read a:\n{text}");
     assert_eq!(leases_errors(&text, "decode"), 1.0, "{text}");
     api.assert_only_get();
+}
+
+/// Issue 43, item 7: a BOOKMARK whose resourceVersion is empty carries no
+/// point to resume from. Taken as one, the next watch started from ""
+/// (a watch from "now", missing every change between the two). It is a
+/// decode error of that one event (counted; nothing is lost, so no
+/// relist), and the watch keeps the version it had.
+#[tokio::test(start_paused = true)]
+async fn a_bookmark_without_a_resource_version_is_a_decode_error_and_keeps_the_version() {
+    let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {
+        (LEASES, false, _) => a_and_b_held(),
+        // A bookmark at 7, an empty one, and the end of the stream.
+        (LEASES, true, 1) => Reply::Watch(vec![bookmark(7), empty_bookmark()], false),
+        (LEASES, true, _) => open_watch(),
+        (PODS, w, _) => empty(w),
+        _ => not_served(),
+    });
+    let shared = synced_with_a_and_b(&api).await;
+    until(&shared, "the second watch", Duration::from_secs(10), |_| {
+        api.calls(LEASES, true) >= 2
+    })
+    .await;
+    let watches: Vec<String> = api
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, p)| p.starts_with(LEASES) && p.contains("watch=true"))
+        .map(|(_, p)| p.clone())
+        .collect();
+    assert!(
+        watches[1].contains("resourceVersion=7"),
+        "the next watch resumes from the last version: {watches:?}"
+    );
+    let text = scrape(&shared);
+    assert_eq!(leases_errors(&text, "decode"), 1.0, "counted once:\n{text}");
+    assert_eq!(api.calls(LEASES, false), 1, "nothing was lost: no relist");
+    api.assert_only_get();
+}
+
+fn empty_bookmark() -> serde_json::Value {
+    json!({"type": "BOOKMARK", "object": {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"resourceVersion": ""}}})
 }

@@ -270,3 +270,44 @@ async fn silence_in_a_watch_list_pages_that_sync_only() {
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 1);
     assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 1);
 }
+
+/// An initial-events-end bookmark without a resourceVersion (issue 43,
+/// item 7) leaves the streamed state without a version to watch from: a
+/// decode error, and that sync is paged; the server still streams.
+#[tokio::test(start_paused = true)]
+async fn an_end_bookmark_without_a_version_pages_that_sync() {
+    let api = FakeApi::streaming(|path, is_watch, n| match (path, is_watch, n) {
+        (LEASES, true, 1) => {
+            let mut end = end_bookmark("Lease", 20);
+            end["object"]["metadata"]["resourceVersion"] = json!("");
+            Reply::Watch(vec![added(lease("a", Some("alice@laptop"), 3)), end], true)
+        }
+        (LEASES, false, _) => held_leases(&[("a", "alice@laptop", 3)], 20),
+        (LEASES, true, _) => open_watch(),
+        (_, true, _) => Reply::Watch(vec![end_bookmark("Pod", 20)], true),
+        _ => not_served(),
+    });
+    let (shared, ctx) = start_with_context(&api);
+    until(&shared, "the paged list", Duration::from_secs(10), |t| {
+        has_lock(t, "a", "foreign")
+    })
+    .await;
+    assert_eq!(leases_errors(&scrape(&shared), "decode"), 1.0);
+    assert!(ctx.watch_list.streams());
+    assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Paged), 1);
+    assert_eq!(shared.health.syncs(Resource::Leases, SyncMode::Stream), 0);
+    // The watch after the list (paced 1 s after the watch-list).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let watches: Vec<String> = api
+        .log
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(_, p)| p.starts_with(LEASES) && p.contains("watch=true"))
+        .map(|(_, p)| p.clone())
+        .collect();
+    assert!(
+        watches.len() >= 2 && watches[1].contains("resourceVersion=20"),
+        "then a watch from the list's version: {watches:?}"
+    );
+}

@@ -213,6 +213,29 @@ where
                     "a change came before the initial-events-end bookmark (the server ignores sendInitialEvents)",
                 );
             }
+            // A bookmark is a version to resume from; one without (a
+            // broken server or proxy) would make the next watch start at
+            // "now" and miss what changed between. A decode error of that
+            // one event: counted, skipped, the version kept. It carried no
+            // object, so nothing needs a relist; only an initial-events-end
+            // bookmark without a version leaves the watch-list without one,
+            // and that sync is paged instead.
+            Ok(WatchEvent::Bookmark(b)) if b.metadata.resource_version.is_empty() => {
+                let resource = sink.ingest.resource();
+                sink.shared
+                    .health
+                    .count_error(resource, ErrorReason::Decode);
+                tracing::warn!(
+                    resource = resource.as_str(),
+                    scope = sink.ingest.namespace(),
+                    "a bookmark without a resourceVersion was skipped (counted as a decode error); the watch keeps its version"
+                );
+                if initial && ends_initial_events(&b) {
+                    return WatchEnd::CutShort(
+                        "the initial-events-end bookmark had no resourceVersion",
+                    );
+                }
+            }
             Ok(WatchEvent::Bookmark(b)) if initial && !ends_initial_events(&b) => {
                 // A streaming server sends no other bookmark before that
                 // one: this is an ordinary watch.
