@@ -9,15 +9,15 @@ rollout, sidecar, the token the kubelet projected, upgrade and uninstall.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from conftest import APP_VERSION, REPORT, Monitoring
+from conftest import REPORT, Monitoring
 from pykit.builders import force_unlock_event, job_name, lock_lease, now_utc, terraform_object
 from pykit.controlplane import ROOT, audit_time
 from pykit.net import wait_for
@@ -28,6 +28,9 @@ NS = "captf-system"
 SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=captf-lock-exporter"
 RUNBOOKS = "https://github.com/captf-io/captf-lock-exporter/blob/main/docs/runbooks"
 M = "TerraformMachine"
+#: the labels of CAPTF's manager pods (config/manager), which the component's Service selects
+MANAGER_LABELS = {"control-plane": "controller-manager", "app.kubernetes.io/name": "cluster-api-provider-terraform",
+                  "cluster.x-k8s.io/provider": "infrastructure-terraform"}
 
 #: what the tests learn and hand on (the release's pods, its rendered manifest)
 STATE: dict[str, Any] = {}
@@ -193,6 +196,11 @@ def test_rollout_restart_under_the_pdb_keeps_a_replica_ready(node: Node, monitor
     assert low["ready"] >= 1, f"a moment with no Ready replica during the rollout: {low}"
     assert not low["down_alerts"] and not monitoring.query('ALERTS{alertname="CAPTFLockExporterDown"}'), low
     # the PDB itself (maxUnavailable 1): a second eviction while the first replacement is not Ready is refused
+    def pdb_allows_one() -> bool:
+        (pdb,) = node.kube.get(f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets").json()["items"]
+        st = pdb.get("status", {})
+        return st.get("currentHealthy") == 2 and st.get("disruptionsAllowed") == 1
+    wait_for(pdb_allows_one, 60, "the PDB counting two healthy replicas, one disruption allowed", interval=0.5)
     pods = sorted(p["metadata"]["name"] for p in ready_pods(node))
     codes = []
     for name in pods:
@@ -214,8 +222,8 @@ def test_kustomize_sidecar_starts_is_ready_and_is_scraped(node: Node, images: di
     manager = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "captf-controller-manager", "namespace": NS}},
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "captf-controller-manager", "namespace": NS},
-         "spec": {"replicas": 1, "selector": {"matchLabels": {"control-plane": "captf-controller-manager"}},
-                  "template": {"metadata": {"labels": {"control-plane": "captf-controller-manager"}},
+         "spec": {"replicas": 1, "selector": {"matchLabels": MANAGER_LABELS},
+                  "template": {"metadata": {"labels": MANAGER_LABELS},
                                "spec": {"serviceAccountName": "captf-controller-manager",
                                         "containers": [{"name": "manager", "image": images["pause"],
                                                         "imagePullPolicy": "IfNotPresent"}]}}}},
@@ -224,8 +232,9 @@ def test_kustomize_sidecar_starts_is_ready_and_is_scraped(node: Node, images: di
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": ["manager.yaml"],
-        # directories may lie outside the overlay (only files are held to its root)
-        "components": [str(ROOT / "deploy" / "kustomize"), str(ROOT / "deploy" / "kustomize" / "servicemonitor")],
+        # relative (kustomize refuses an absolute root); directories may lie outside the overlay
+        "components": [os.path.relpath(ROOT / "deploy" / "kustomize", overlay),
+                       os.path.relpath(ROOT / "deploy" / "kustomize" / "servicemonitor", overlay)],
         "images": [{"name": "ghcr.io/captf-io/captf-lock-exporter", "newName": repo, "newTag": tag}],
     }))
     node.kubectl("apply", "-k", str(overlay))
@@ -234,7 +243,7 @@ def test_kustomize_sidecar_starts_is_ready_and_is_scraped(node: Node, images: di
     node.kubectl("-n", NS, "rollout", "status", "deployment/captf-controller-manager", "--timeout=180s")
 
     def sidecar_ready() -> dict[str, Any] | None:
-        for p in node.pods(NS, "control-plane=captf-controller-manager"):
+        for p in node.pods(NS, ",".join(f"{k}={v}" for k, v in MANAGER_LABELS.items())):
             st = {c["name"]: c for c in p.get("status", {}).get("containerStatuses", [])}
             if "lock-exporter" in st and st["lock-exporter"]["ready"] and "running" in st["lock-exporter"]["state"]:
                 return p
@@ -294,9 +303,15 @@ def test_helm_upgrade_rolls_and_uninstall_leaves_nothing(node: Node, images: dic
                 left.append(f"{o['kind']}/{o['metadata']['name']}")
         return left
     wait_for(lambda: not gone(), 120, "every object of the release deleted", interval=1)
-    # nothing else labelled with the release either, namespaced or cluster-scoped
+    # nothing else labelled with the release either, namespaced or cluster-scoped: the pods (which
+    # helm does not wait for) end within their grace period
     kinds = node.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
-    left = node.kubectl("get", ",".join(kinds), "-A", "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name",
-                        check=False).stdout.split()
-    assert not left, left
+
+    def labelled() -> list[str]:
+        r = node.kubectl("get", ",".join(kinds), "-A", "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name",
+                         check=False)
+        if r.returncode != 0:
+            raise AssertionError(f"kubectl get of every kind failed: {r.stderr[-2000:]}")
+        return r.stdout.split()
+    wait_for(lambda: not labelled(), 120, "nothing labelled with the release left", interval=1)
     assert not node.pods(NS, SELECTOR)

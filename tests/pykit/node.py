@@ -31,9 +31,8 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-import requests
 import yaml
 
 from pykit.controlplane import ADMIN_USER, AUDIT_POLICY, ROOT, Etcd, Kube, _write_pki, bin_cache
@@ -81,7 +80,11 @@ def node_ip() -> str:
 
 
 def run(argv: list[str], *, check: bool = True, timeout: float = 120, **kw: Any) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, check=check, timeout=timeout, capture_output=True, text=True, **kw)
+    """Runs ``argv``; with ``check``, a non-zero exit raises with what the command printed."""
+    r = subprocess.run(argv, check=False, timeout=timeout, capture_output=True, text=True, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r
 
 
 class Node:
@@ -199,7 +202,7 @@ class Node:
         w = self.w
         self.apiserver = self._start("kube-apiserver", [
             str(self.bins["KUBE_APISERVER"]), f"--etcd-servers={self.etcd.url}",
-            f"--bind-address=0.0.0.0", f"--advertise-address={self.ip}", f"--secure-port={self.port}",
+            "--bind-address=0.0.0.0", f"--advertise-address={self.ip}", f"--secure-port={self.port}",
             f"--cert-dir={w / 'certs'}", f"--tls-cert-file={w / 'apiserver.crt'}",
             f"--tls-private-key-file={w / 'apiserver.key'}", f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--service-account-issuer=https://kubernetes.default.svc",
