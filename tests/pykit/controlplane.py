@@ -326,18 +326,7 @@ class ControlPlane:
     def audit_events(self) -> list[dict[str, Any]]:
         """Every audit event written so far (all restarts of kube-apiserver append to one file)."""
         assert self.apiserver is not None
-        out = []
-        try:
-            text = self.apiserver.audit_log.read_text(errors="replace")
-        except FileNotFoundError:
-            return []
-        for line in text.splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass  # a line being written
-        return out
+        return read_audit_log(self.apiserver.audit_log)
 
     def requests_of(self, user: str, since: float | None = None) -> list[dict[str, Any]]:
         """One entry per request (by auditID) of ``user``: its last stage's event (ResponseComplete,
@@ -365,6 +354,22 @@ class ControlPlane:
         }
         path.write_text(yaml.safe_dump(cfg))
         return path
+
+
+def read_audit_log(path: Path) -> list[dict[str, Any]]:
+    """Every event of a JSON audit log so far (none when it does not exist yet)."""
+    out = []
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # a line being written
+    return out
 
 
 def audit_time(s: str) -> float:

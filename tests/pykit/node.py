@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from pykit.controlplane import ADMIN_USER, AUDIT_POLICY, ROOT, Etcd, Kube, _write_pki, bin_cache
+from pykit.controlplane import ADMIN_USER, AUDIT_POLICY, ROOT, Etcd, Kube, _write_pki, bin_cache, read_audit_log
 from pykit.net import free_port, wait_for
 from pykit.process import ManagedProcess
 
@@ -315,18 +315,7 @@ class Node:
     # ---- audit log ----
 
     def audit_events(self) -> list[dict[str, Any]]:
-        out = []
-        try:
-            text = self.audit_log.read_text(errors="replace")
-        except FileNotFoundError:
-            return []
-        for line in text.splitlines():
-            if line.startswith("{"):
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass  # a line being written
-        return out
+        return read_audit_log(self.audit_log)
 
     # ---- teardown ----
 
