@@ -88,6 +88,7 @@ pub(super) struct Counters {
     pub(super) auth: Family<AuthLabels, Counter>,
     pub(super) reviews: Family<ReviewLabels, Counter>,
     pub(super) tls_reloads: Family<OutcomeLabels, Counter>,
+    pub(super) events_dropped: Counter,
 }
 
 /// A counter family encoded over a closed list of label sets, in that
@@ -118,9 +119,9 @@ where
 }
 
 impl Health {
-    /// Registers the watch-event, watch-error and pod-read counters in
-    /// `registry`: events and errors of every watched resource (every
-    /// reason), pod reads of every result, 0 included.
+    /// Registers the watch-event, watch-error, pod-read, dropped-Event and
+    /// endpoint counters in `registry`: events and errors of every watched
+    /// resource (every reason), pod reads of every result, 0 included.
     pub fn register_counters(&self, registry: &mut Registry) {
         let watched: Vec<Resource> = Resource::ALL
             .into_iter()
@@ -178,6 +179,11 @@ impl Health {
             },
         );
         registry.register(
+            "captf_lock_exporter_force_unlock_events_dropped",
+            "ForceUnlocked Events not kept: about objects the exporter does not know, in a namespace that already holds 256 such Events",
+            c.events_dropped.clone(),
+        );
+        registry.register(
             "captf_lock_exporter_http_auth",
             "Requests for protected paths by what authentication and authorization decided",
             InOrder {
@@ -204,6 +210,20 @@ impl Health {
                 series: Outcome::ALL.map(|result| OutcomeLabels { result }).to_vec(),
             },
         );
+    }
+}
+
+impl Health {
+    /// Counts `n` ForceUnlocked Events the index did not keep
+    /// (`Effects::events_dropped`).
+    pub fn count_events_dropped(&self, n: u64) {
+        self.counters.events_dropped.inc_by(n);
+        self.moved();
+    }
+
+    /// ForceUnlocked Events the index did not keep, so far.
+    pub fn events_dropped(&self) -> u64 {
+        self.counters.events_dropped.get()
     }
 }
 

@@ -2,10 +2,15 @@
 //! the index content of its scope atomically at its end, so a scrape never
 //! sees a half-listed resource; single changes apply at once.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
 use kube::runtime::watcher::Event;
 
 use crate::health::{Success, WatchId};
-use crate::index::{Index, IndexResource, Resource};
+use crate::index::{
+    Effects, Index, IndexResource, Resource, MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE,
+};
 use crate::shared::Shared;
 use crate::watch::trim::Trimmed;
 
@@ -19,6 +24,8 @@ where
     scope: <Index as IndexResource<T>>::Scope,
     watch: WatchId,
     buffer: Option<Vec<(<Index as IndexResource<T>>::Key, T)>>,
+    /// Dropped Events have been logged for this watch.
+    dropped_logged: AtomicBool,
 }
 
 impl<T> Ingest<T>
@@ -42,6 +49,7 @@ where
             scope,
             watch,
             buffer: None,
+            dropped_logged: AtomicBool::new(false),
         }
     }
 
@@ -60,6 +68,25 @@ where
         self.watch
     }
 
+    /// One write of the index, and what it asks: the shared effects
+    /// (logs, live reads), and ForceUnlocked Events it did not keep
+    /// counted (and said once per watch).
+    fn update(&self, shared: &Shared, f: impl FnOnce(&mut Index, SystemTime) -> Effects) {
+        let fx = shared.write(f);
+        if fx.events_dropped > 0 {
+            shared.health.count_events_dropped(fx.events_dropped);
+            if !self.dropped_logged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    resource = self.resource.as_str(),
+                    namespace = self.namespace(),
+                    max_per_namespace = MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE,
+                    "ForceUnlocked Events about objects the exporter does not know were dropped (their namespace holds the most kept); counted in captf_lock_exporter_force_unlock_events_dropped_total, logged once per watch"
+                );
+            }
+        }
+        shared.act(fx);
+    }
+
     /// Feeds one trimmed watch event into the index; the end of a list
     /// marks the watch synced.
     pub fn event(
@@ -73,15 +100,19 @@ where
             Event::InitApply((key, item)) => match (&mut self.buffer, item) {
                 (Some(b), Some(item)) => b.push((key, item)),
                 (Some(_), None) => {}
-                (None, Some(item)) => {
-                    shared.update(|ix, now| IndexResource::<T>::apply(ix, key, item, now))
+                (None, Some(item)) => self.update(shared, |ix, now| {
+                    IndexResource::<T>::apply(ix, key, item, now)
+                }),
+                (None, None) => {
+                    self.update(shared, |ix, now| IndexResource::<T>::delete(ix, key, now))
                 }
-                (None, None) => shared.update(|ix, now| IndexResource::<T>::delete(ix, key, now)),
             },
             Event::InitDone => {
                 let listed = self.buffer.take().unwrap_or_default();
                 let scope = &self.scope;
-                shared.update(|ix, now| IndexResource::<T>::reset(ix, scope, listed, now));
+                self.update(shared, |ix, now| {
+                    IndexResource::<T>::reset(ix, scope, listed, now)
+                });
                 let resource = self.resource.as_str();
                 match shared.health.on_synced(self.watch) {
                     Success::Recovered(after) => tracing::info!(
@@ -95,11 +126,11 @@ where
                     }
                 }
             }
-            Event::Apply((key, Some(item))) => {
-                shared.update(|ix, now| IndexResource::<T>::apply(ix, key, item, now))
-            }
+            Event::Apply((key, Some(item))) => self.update(shared, |ix, now| {
+                IndexResource::<T>::apply(ix, key, item, now)
+            }),
             Event::Apply((key, None)) | Event::Delete((key, _)) => {
-                shared.update(|ix, now| IndexResource::<T>::delete(ix, key, now))
+                self.update(shared, |ix, now| IndexResource::<T>::delete(ix, key, now))
             }
         }
     }

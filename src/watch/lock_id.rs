@@ -1,7 +1,7 @@
 //! What is kept of a lock ID: an untrusted string of any size, cut to a
 //! bounded form that still tells IDs apart.
 
-use sha2::{Digest, Sha256};
+use crate::core::shown::cut_with_digest;
 
 /// Longest lock ID (`spec.holderIdentity`, lock-info `ID`) kept as
 /// written. The backends write a UUID (36 bytes) into both; the Lease's
@@ -21,12 +21,7 @@ pub const MAX_LOCK_ID_BYTES: usize = 1024;
 /// written as such can pass for it. Only the commands need the whole ID:
 /// they read it from the Lease ([`lock_id_cut`]).
 pub fn keep_lock_id(id: &str) -> String {
-    if id.len() <= MAX_LOCK_ID_BYTES {
-        return id.to_owned();
-    }
-    let head = crate::index::cap(id, MAX_LOCK_ID_BYTES);
-    let digest = hex::encode(Sha256::digest(id.as_bytes()));
-    format!("{head}…[cut: {} bytes, sha256 {digest}]", id.len())
+    cut_with_digest(id, MAX_LOCK_ID_BYTES).into_owned()
 }
 
 /// Whether a kept lock ID is a cut one ([`keep_lock_id`]): the commands

@@ -12,6 +12,8 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
+use sha2::{Digest, Sha256};
+
 /// Unicode format characters (general category Cf, Unicode 15): bidi
 /// controls, zero-width characters, the byte-order mark, tags and others;
 /// the tag block is taken whole (U+E0002..U+E001F are unassigned).
@@ -77,6 +79,40 @@ pub fn shown(s: &str) -> Cow<'_, str> {
 /// argument of the printed force-unlock) and capped only as a label.
 pub const MAX_LABEL_BYTES: usize = 128;
 
+/// Longest shown form kept as written (lock IDs, holderIdentity, `Who`):
+/// the raw lock IDs' cut (1024 bytes), applied to the shown form, which is
+/// up to six times longer (`\u{1b}` for one ESC byte). A longer one is
+/// kept cut ([`cut_with_digest`]).
+pub const MAX_SHOWN_BYTES: usize = 1024;
+
+/// What is kept of an untrusted string: `s` itself up to `max` bytes,
+/// else its head (the longest prefix within `max` bytes), `…`, and its
+/// whole length and sha256. Two strings give the same result exactly when
+/// they are equal (the length and hash tell strings with one head apart),
+/// and a cut result is longer than `max`, so no string kept whole equals
+/// one. Nothing in it is escaped when shown: cutting a shown form keeps it
+/// one.
+pub fn cut_with_digest(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
+        return Cow::Borrowed(s);
+    }
+    let digest = hex::encode(Sha256::digest(s.as_bytes()));
+    Cow::Owned(format!(
+        "{}…[cut: {} bytes, sha256 {digest}]",
+        cap(s, max),
+        s.len()
+    ))
+}
+
+/// The shown form of `s` as kept: escaped ([`shown`]), then cut past
+/// [`MAX_SHOWN_BYTES`] ([`cut_with_digest`]), without spare capacity
+/// (an escaped string is grown by doubling, and kept for as long as its
+/// Lease exists).
+pub fn kept_shown(s: &str) -> Box<str> {
+    let escaped = shown(s);
+    cut_with_digest(&escaped, MAX_SHOWN_BYTES).into()
+}
+
 /// The longest prefix of `s` of at most `max` bytes that ends on a char
 /// boundary.
 pub fn cap(s: &str, max: usize) -> &str {
@@ -106,6 +142,25 @@ mod tests {
         assert_eq!(shown("a\u{2028}b\u{2029}"), "a\\u{2028}b\\u{2029}");
         assert_eq!(shown("a\nb\tc"), "a\\u{a}b\\u{9}c");
         assert_eq!(shown("tag\u{e0041}"), "tag\\u{e0041}");
+    }
+
+    #[test]
+    fn a_long_shown_form_is_cut_with_its_length_and_digest() {
+        let raw = "\u{1b}".repeat(1024);
+        let kept = kept_shown(&raw);
+        let escaped = "\\u{1b}".repeat(1024);
+        let digest = hex::encode(Sha256::digest(escaped.as_bytes()));
+        assert!(kept.starts_with(cap(&escaped, MAX_SHOWN_BYTES)));
+        assert!(kept.ends_with(&format!("…[cut: 6144 bytes, sha256 {digest}]")));
+        assert!(kept.len() > MAX_SHOWN_BYTES && kept.len() < MAX_SHOWN_BYTES + 128);
+        assert_eq!(shown(&kept), &*kept, "a cut shown form is one");
+        // One byte more is another value.
+        assert_ne!(kept_shown(&format!("{raw}\u{1b}")), kept);
+        // Short, or clean and within the limit: as written, no digest.
+        assert_eq!(&*kept_shown("a\u{1b}b"), "a\\u{1b}b");
+        let clean = "x".repeat(MAX_SHOWN_BYTES);
+        assert_eq!(&*kept_shown(&clean), clean);
+        assert!(matches!(cut_with_digest("abc", 3), Cow::Borrowed("abc")));
     }
 
     #[test]

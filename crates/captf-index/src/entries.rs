@@ -6,7 +6,7 @@ use captf_core::captf_verdict::StateReadable;
 use captf_core::classify::{lock_id, HolderClass};
 use captf_core::kind::Kind;
 use captf_core::lockinfo::{LockInfo, LockInfoError};
-use captf_core::shown::{cap, has_hidden, shown, MAX_LABEL_BYTES};
+use captf_core::shown::{cap, has_hidden, kept_shown, shown, MAX_LABEL_BYTES};
 use captf_core::suffix::{kind_of_suffix, lock_lease_name, state_suffix};
 use captf_core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
 
@@ -61,21 +61,26 @@ pub struct LockLease {
     label_owner_verified: bool,
     /// The shown forms of the holder and lock-info strings, made once here
     /// when one holds a character [`captf_core::shown`] escapes (None for
-    /// a clean Lease: the raw values are their own shown forms). Verdicts
+    /// a clean Lease: the raw values are their own shown forms), each cut
+    /// past 1024 bytes as a raw lock ID is. Verdicts
     /// and printed commands use the raw values; every reader that shows a
     /// value uses the `shown_*` accessors. Made from the values `new` was
     /// given: a Lease that changes is a new entry.
     shown: Option<Box<ShownLease>>,
 }
 
-/// The shown forms of a Lease's untrusted strings.
+/// The shown forms of a Lease's untrusted strings, as kept: escaped, the
+/// IDs and `Who` past 1024 bytes cut like a raw lock ID (head, length,
+/// sha256: [`kept_shown`]), `Operation` and `Version` capped at 128 bytes
+/// like their raw values. An escaped form is up to six times its raw
+/// value; kept whole, the five of an all-ESC Lease took about 27 KB.
 #[derive(Clone, Debug, PartialEq)]
 struct ShownLease {
-    holder_identity: String,
-    id: String,
-    who: String,
-    operation: String,
-    version: String,
+    holder_identity: Box<str>,
+    id: Box<str>,
+    who: Box<str>,
+    operation: Box<str>,
+    version: Box<str>,
 }
 
 impl ShownLease {
@@ -86,13 +91,15 @@ impl ShownLease {
         if !has_hidden(holder_identity) && !fields.iter().any(|f| has_hidden(f)) {
             return None;
         }
-        let [id, who, operation, version] = fields.map(|f| shown(f).into_owned());
+        let [id, who, operation, version] = fields;
         Some(Box::new(ShownLease {
-            holder_identity: shown(holder_identity).into_owned(),
-            id,
-            who,
-            operation,
-            version,
+            holder_identity: kept_shown(holder_identity),
+            id: kept_shown(id),
+            who: kept_shown(who),
+            // Capped as their raw values are, and as their labels must be
+            // (7.5): an all-ESC Operation was a 768-byte label.
+            operation: cap(&shown(operation), MAX_LABEL_BYTES).into(),
+            version: cap(&shown(version), MAX_LABEL_BYTES).into(),
         }))
     }
 }
@@ -119,6 +126,8 @@ impl LockLease {
                 _ => false,
             };
         let shown = ShownLease::of(&holder_identity, info.as_ref());
+        let mut holder_identity = holder_identity;
+        holder_identity.shrink_to_fit();
         LockLease {
             namespace,
             suffix,
@@ -133,7 +142,8 @@ impl LockLease {
         }
     }
 
-    /// `spec.holderIdentity` as shown (hidden characters escaped).
+    /// `spec.holderIdentity` as shown (hidden characters escaped; past
+    /// 1024 bytes cut, [`captf_core::shown::kept_shown`]).
     pub fn shown_holder_identity(&self) -> &str {
         self.shown
             .as_ref()
@@ -267,6 +277,9 @@ pub fn unix_ms(t: SystemTime) -> i64 {
     ms
 }
 
+/// lock-info as kept: `Operation` and `Version` capped, a long `Who` cut
+/// to its head and host, and no string with spare capacity (a decoded
+/// JSON string is allocated for its escaped length, six times an ESC).
 fn cap_info(mut info: LockInfo) -> LockInfo {
     info.operation = cap(&info.operation, MAX_LABEL_BYTES).to_string();
     info.version = cap(&info.version, MAX_LABEL_BYTES).to_string();
@@ -282,6 +295,8 @@ fn cap_info(mut info: LockInfo) -> LockInfo {
             None => head.replace('@', "_"),
         };
     }
+    info.id.shrink_to_fit();
+    info.who.shrink_to_fit();
     info
 }
 

@@ -6,6 +6,13 @@
 //! they set the last-seen time but are not counted, or a restart would
 //! count them twice. A counter outlives its object only while a stored
 //! Event still names it.
+//!
+//! Events about objects the index does not know are kept (their object may
+//! come later: the Events' first list often arrives before the objects'),
+//! but at most [`MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE`] per namespace:
+//! whoever may create Events could otherwise fill the memory with Events
+//! about objects that never exist. Past it they are dropped, and the write
+//! says how many ([`crate::Effects::events_dropped`]).
 
 use std::collections::{HashMap, HashSet};
 
@@ -22,6 +29,22 @@ use captf_core::suffix::state_suffix;
 /// increase never hides a page. See docs/decisions/exporter.md.
 pub const MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE: u64 = 10;
 
+/// Most Events kept per namespace about objects the index does not know
+/// (when they came, and still). CAPTF writes one Event per force-unlock
+/// of an object that exists, and kube-apiserver keeps Events for an hour:
+/// a namespace has far fewer about objects that are gone or not yet
+/// listed. About 3 KiB each with their counters and this bookkeeping
+/// (names of 253 bytes; tests/hostile_memory.rs).
+pub const MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE: usize = 256;
+
+/// The stored Events of one namespace whose object was unknown when they
+/// came, by that object; forgotten when the object becomes known.
+#[derive(Debug, Default)]
+struct UnknownObjects {
+    events: usize,
+    by_object: HashMap<ObjectRef, HashSet<ObjectKey>>,
+}
+
 /// The force-unlock sub-index.
 #[derive(Debug, Default)]
 pub struct ForceUnlockIndex {
@@ -37,6 +60,9 @@ pub struct ForceUnlockIndex {
     /// shown under another name (its owner-name label is a hash when the
     /// name is over 63 bytes): its deletion finds the counter here.
     by_lock: HashMap<LockKey, HashSet<ObjectRef>>,
+    /// Per namespace, the stored Events about objects not known: at most
+    /// [`MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE`].
+    unknown: HashMap<String, UnknownObjects>,
 }
 
 /// The lock an object's counter belongs to; None for a kind that is not a
@@ -58,42 +84,109 @@ fn regarding(ev: &ForceUnlockEvent) -> ObjectRef {
     ObjectRef::new(&ev.namespace, &ev.kind, &ev.name)
 }
 
+/// What came of storing one Event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// Stored (or the same as stored): counted as it says.
+    Kept,
+    /// About an object not known, in a namespace that holds the most such
+    /// Events already: not kept (an earlier version of it is forgotten).
+    Dropped,
+}
+
 impl ForceUnlockIndex {
-    /// Stores an Event seen on a live watch (it counts).
-    /// `known` says whether an object still exists (for counter cleanup).
+    /// Stores an Event seen on a live watch (it counts); None when it is
+    /// the one stored already. `known` says whether an object exists (for
+    /// counter cleanup, and the cap on Events about unknown objects).
     pub fn apply(
         &mut self,
         key: ObjectKey,
         ev: ForceUnlockEvent,
         known: &dyn Fn(&ObjectRef) -> bool,
-    ) -> bool {
+    ) -> Option<Stored> {
         if self.events.get(&key) == Some(&ev) {
-            return false;
+            return None;
         }
-        self.store(key, ev, true, known);
-        true
+        Some(self.store(key, ev, true, known))
     }
 
     /// Forgets an Event (deleted or expired); returns whether it was kept.
     pub fn delete(&mut self, key: &ObjectKey, known: &dyn Fn(&ObjectRef) -> bool) -> bool {
         match self.events.remove(key) {
             Some(old) => {
-                self.release(regarding(&old), known);
+                let obj = regarding(&old);
+                self.unflag(&obj, key);
+                self.release(obj, known);
                 true
             }
             None => false,
         }
     }
 
+    /// The objects of `lock` are known now (its object or its Lease came):
+    /// their Events no longer count against their namespace's cap.
+    pub fn now_known(&mut self, lock: &LockKey) {
+        let Some(unknown) = self.unknown.get_mut(&lock.namespace) else {
+            return;
+        };
+        for obj in self.by_lock.get(lock).into_iter().flatten() {
+            if let Some(keys) = unknown.by_object.remove(obj) {
+                unknown.events = unknown.events.saturating_sub(keys.len());
+            }
+        }
+        if unknown.events == 0 {
+            self.unknown.remove(&lock.namespace);
+        }
+    }
+
+    /// Stored Events about objects not known, in `namespace`.
+    pub fn unknown_kept(&self, namespace: &str) -> usize {
+        self.unknown.get(namespace).map_or(0, |u| u.events)
+    }
+
+    /// Forgets that the stored Event `key` is about the unknown `obj`.
+    fn unflag(&mut self, obj: &ObjectRef, key: &ObjectKey) {
+        let Some(unknown) = self.unknown.get_mut(&obj.namespace) else {
+            return;
+        };
+        if let Some(keys) = unknown.by_object.get_mut(obj) {
+            if keys.remove(key) {
+                unknown.events = unknown.events.saturating_sub(1);
+            }
+            if keys.is_empty() {
+                unknown.by_object.remove(obj);
+            }
+        }
+        if unknown.events == 0 {
+            self.unknown.remove(&obj.namespace);
+        }
+    }
+
+    /// Counts the Event `key` about the unknown `obj` against its
+    /// namespace's cap; false when the namespace is full.
+    fn flag(&mut self, obj: &ObjectRef, key: &ObjectKey) -> bool {
+        let unknown = self.unknown.entry(obj.namespace.clone()).or_default();
+        if unknown.events >= MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE {
+            return false;
+        }
+        let keys = unknown.by_object.entry(obj.clone()).or_default();
+        if keys.insert(key.clone()) {
+            unknown.events += 1;
+        }
+        true
+    }
+
     /// The end of a (re)list of Events in `scope`: Events gone from the list
     /// are forgotten; listed ones count only when this scope has listed
     /// before (a first list is history).
+    /// Returns how many listed Events were dropped (the cap on Events
+    /// about unknown objects).
     pub fn reset(
         &mut self,
         scope: Option<&str>,
         items: Vec<(ObjectKey, ForceUnlockEvent)>,
         known: &dyn Fn(&ObjectRef) -> bool,
-    ) {
+    ) -> u64 {
         let scope_name = scope.unwrap_or("").to_string();
         let counting = self.baselined.contains(&scope_name);
         let listed: HashSet<&ObjectKey> = items.iter().map(|(k, _)| k).collect();
@@ -106,10 +199,14 @@ impl ForceUnlockIndex {
         for key in stale {
             self.delete(&key, known);
         }
+        let mut dropped = 0;
         for (key, ev) in items {
-            self.store(key, ev, counting, known);
+            if self.store(key, ev, counting, known) == Stored::Dropped {
+                dropped += 1;
+            }
         }
         self.baselined.insert(scope_name);
+        dropped
     }
 
     fn store(
@@ -118,11 +215,20 @@ impl ForceUnlockIndex {
         ev: ForceUnlockEvent,
         counting: bool,
         known: &dyn Fn(&ObjectRef) -> bool,
-    ) {
+    ) -> Stored {
+        let new_ref = regarding(&ev);
+        let old_ref = self.events.get(&key).map(regarding);
+        if let Some(old) = &old_ref {
+            self.unflag(old, &key);
+        }
+        if !known(&new_ref) && !self.flag(&new_ref, &key) {
+            // What was stored of it (about another object, or counted
+            // before its namespace filled) goes too: no half-kept Event.
+            self.delete(&key, known);
+            return Stored::Dropped;
+        }
         let previous = self.events.get(&key);
         let before = previous.map(|e| e.occurrences);
-        let old_ref = previous.map(regarding);
-        let new_ref = regarding(&ev);
         if old_ref.as_ref() != Some(&new_ref) {
             *self.refs.entry(new_ref.clone()).or_default() += 1;
             if let Some(old) = old_ref {
@@ -151,6 +257,7 @@ impl ForceUnlockIndex {
         let occurrences = before.map_or(ev.occurrences, |b| b.max(ev.occurrences));
         self.events
             .insert(key, ForceUnlockEvent { occurrences, ..ev });
+        Stored::Kept
     }
 
     fn release(&mut self, obj: ObjectRef, known: &dyn Fn(&ObjectRef) -> bool) {

@@ -41,6 +41,9 @@ impl IndexResource<LockLease> for Index {
             overdue_logged: same_lock && old.as_ref().is_some_and(|o| o.state.overdue_logged),
         };
         self.locks.insert(lock.clone(), Lock { lease, state });
+        if old.is_none() {
+            self.force_unlocks.now_known(&lock);
+        }
         // A new lock (another ID, or held after a release) is judged on its
         // own evidence: the previous lock's verdict says nothing about it.
         let keep = if same_lock { old_class } else { None };
@@ -137,7 +140,11 @@ impl IndexResource<TfObject> for Index {
             self.deadlines.mark_stale();
             self.changes.mark_all();
         }
+        let new = self.policy.object(&lock).is_none();
         let lock = self.policy.apply_object(lock, key, obj);
+        if new {
+            self.force_unlocks.now_known(&lock);
+        }
         // Own-pod recognition needs the object's full name: reclassify its
         // lock (which also compares CAPTF's verdict in the status with it).
         self.reclassify_lock_or_review(&lock, now, &mut fx);
@@ -251,18 +258,26 @@ impl IndexResource<ForceUnlockEvent> for Index {
     type Scope = Option<String>;
 
     fn apply(&mut self, key: ObjectKey, ev: ForceUnlockEvent, now: SystemTime) -> Effects {
+        let mut fx = Effects::default();
         let before = self.force_unlocks.lock_of_event(&key);
         let after = force_unlocks::lock_of_regarding(&ev);
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
-        let changed = self
+        let stored = self
             .force_unlocks
             .apply(key, without_future_time(ev, now), &known);
-        if changed {
-            for lock in before.iter().chain(after.iter()) {
-                self.mark(lock);
+        let moved = match stored {
+            None => [None, None],
+            Some(force_unlocks::Stored::Kept) => [before, after],
+            // What was kept of it before, if anything, is gone.
+            Some(force_unlocks::Stored::Dropped) => {
+                fx.events_dropped = 1;
+                [before, None]
             }
+        };
+        for lock in moved.iter().flatten() {
+            self.mark(lock);
         }
-        Effects::default()
+        fx
     }
 
     fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
@@ -287,11 +302,14 @@ impl IndexResource<ForceUnlockEvent> for Index {
             .map(|(k, ev)| (k, without_future_time(ev, now)))
             .collect();
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
-        self.force_unlocks.reset(scope.as_deref(), items, &known);
+        let events_dropped = self.force_unlocks.reset(scope.as_deref(), items, &known);
         // A relist of Events is rare; which counters it moved is not
         // worth tracking.
         self.changes.mark_all();
-        Effects::default()
+        Effects {
+            events_dropped,
+            ..Effects::default()
+        }
     }
 }
 

@@ -46,7 +46,9 @@ pub use entries::{
     LockLease, PlanEntry, PodState, TerraformCluster, TfObject,
 };
 pub use facts::{AgeAt, CaptfView, LockFacts, LockFilter, ObjectKnown, PodFacts};
-pub use force_unlocks::MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE;
+pub use force_unlocks::{
+    MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE, MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE,
+};
 pub use keys::{LockKey, ObjectKey, ObjectRef};
 pub use locks::{Lock, LockState};
 pub use pods::{PodRead, ReadTicket};
@@ -82,12 +84,17 @@ pub struct Effects {
     /// Holder pods whose cached state says "not live" and that must be
     /// confirmed by a live read before a lock is called stale.
     pub confirm: Vec<ObjectKey>,
+    /// ForceUnlocked Events not kept: about objects the index does not
+    /// know, in a namespace that holds the most such Events already
+    /// ([`force_unlocks::MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE`]).
+    pub events_dropped: u64,
 }
 
 impl Effects {
     fn extend(&mut self, more: Effects) {
         self.class_changes.extend(more.class_changes);
         self.confirm.extend(more.confirm);
+        self.events_dropped += more.events_dropped;
     }
 }
 

@@ -282,3 +282,68 @@ fn the_read_model_judges_overdue_as_metrics_does() {
     ix.finish_start(late);
     assert!(facts(&ix).overdue(late));
 }
+
+/// Issue 43, item 6: Events about objects the index does not know are
+/// kept up to a cap per namespace; past it they are dropped and the write
+/// says so. A kept Event's update is not dropped, a deletion frees its
+/// slot, an object that comes frees its Events' slots, another namespace
+/// has its own cap, and Events about known objects never count.
+#[test]
+fn events_about_unknown_objects_are_capped_per_namespace() {
+    let cap = crate::MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE;
+    let mut ix = Index::new();
+    let ghost = |i: usize| fu_event(&format!("ev-{i}"), &format!("ghost-{i}"), 1, 100.0);
+    let dropped = |fx: Effects| fx.events_dropped;
+    let kept = |ix: &Index| ix.force_unlocks.unknown_kept(NS);
+    for i in 0..cap {
+        assert_eq!(dropped(ix.feed(Resource::Events, ghost(i))), 0, "{i}");
+    }
+    assert_eq!(kept(&ix), cap);
+    assert_eq!(dropped(ix.feed(Resource::Events, ghost(cap))), 1);
+    assert_eq!(
+        ix.force_unlocks_of(NS, "TerraformMachine", &format!("ghost-{cap}"))
+            .total,
+        0
+    );
+    // A kept one's update is kept (and counts its increase).
+    assert_eq!(
+        dropped(ix.feed(Resource::Events, fu_event("ev-0", "ghost-0", 2, 200.0))),
+        0
+    );
+    assert_eq!(
+        ix.force_unlocks_of(NS, "TerraformMachine", "ghost-0").total,
+        2
+    );
+    // A deletion frees its slot.
+    ix.feed(
+        Resource::Events,
+        Change {
+            key: (NS.into(), "ev-1".into()),
+            entry: None,
+        },
+    );
+    assert_eq!(kept(&ix), cap - 1);
+    assert_eq!(dropped(ix.feed(Resource::Events, ghost(cap))), 0);
+    // The object of ev-2 comes (its Lease): its Event no longer counts.
+    ix.feed(
+        Resource::Leases,
+        lease_change(Kind::TerraformMachine, "ghost-2", None),
+    );
+    assert_eq!(kept(&ix), cap - 1);
+    assert_eq!(dropped(ix.feed(Resource::Events, ghost(cap + 1))), 0);
+    assert_eq!(dropped(ix.feed(Resource::Events, ghost(cap + 2))), 1);
+    // Events about a known object are never dropped.
+    ix.feed(
+        Resource::TerraformMachines,
+        object(Kind::TerraformMachine, "web", None, None, None),
+    );
+    for i in 0..20 {
+        let ev = fu_event(&format!("web-{i}"), "web", 1, 300.0);
+        assert_eq!(dropped(ix.feed(Resource::Events, ev)), 0);
+    }
+    assert_eq!(ix.force_unlocks_of(NS, "TerraformMachine", "web").total, 20);
+    // A relist past the cap says how many it dropped; the stale ones went.
+    let listed: Vec<Change> = (0..cap + 5).map(|i| ghost(1000 + i)).collect();
+    assert_eq!(dropped(ix.relist(Resource::Events, None, listed)), 5);
+    assert_eq!(kept(&ix), cap);
+}
