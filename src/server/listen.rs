@@ -13,10 +13,10 @@
 //!   out. When every open connection is new or being answered, the new
 //!   one waits for a slot and the ones behind it wait in the kernel's
 //!   listen backlog.
-//! - Only an answer to a protected path the guard let in leaves its
-//!   connection open for another request; probes and refusals say
-//!   `Connection: close` (see [`super::respond`]), so a client that
-//!   pipelines them and reads slowly is answered once per connection.
+//! - Only an answer to a protected path the guard let in keeps a slot
+//!   while it moves: a client that pipelines probes and reads slowly may
+//!   be closed at the cap like an idle one. Refusals say `Connection:
+//!   close` (see [`super::respond`]).
 //! - Over TLS, the handshake must finish within `header_read_timeout`;
 //!   handshakes that fail or time out are counted and summed up for all
 //!   clients in one line a minute at most (see [`super::handshakes`]).

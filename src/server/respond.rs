@@ -69,8 +69,8 @@ impl Answers {
     /// nothing, and a person reloading a second later is served. A request
     /// the API server's review allowed marks `caller` reviewed (the
     /// connection slots keep such callers longest). Every answer carries
-    /// [`secure`]'s headers, and every answer but one to a protected path
-    /// the guard let in carries `Connection: close` (see [`keep_alive`]).
+    /// [`secure`]'s headers, and every refusal `Connection: close` (see
+    /// [`keep_alive`]).
     pub(super) async fn respond(
         &self,
         req: &Request<Incoming>,
@@ -99,10 +99,13 @@ impl Answers {
             Err(refusal) => (boxed(refused(&refusal)), false),
             Ok(()) => {
                 let protected = !auth::is_open(target.path);
-                if protected && matches!(self.guard, Guard::Kubernetes(_)) {
-                    caller.reviewed();
+                if protected {
+                    caller.let_in();
+                    if matches!(self.guard, Guard::Kubernetes(_)) {
+                        caller.reviewed();
+                    }
                 }
-                (self.answer(req, &target, caller).await, protected)
+                (self.answer(req, &target, caller).await, true)
             }
         };
         secure(r.headers_mut());
@@ -182,14 +185,13 @@ impl Answers {
     }
 }
 
-/// Only a caller the guard let into a protected path keeps its connection
-/// for another request: every other answer (a probe, a refusal) says
-/// `Connection: close`, and hyper reads nothing more on that connection.
-/// A client that pipelines `/healthz` and reads slowly is always owed an
-/// answer that moves, which the connection slots protect, and its
-/// deadline starts again with each request; one answer per connection
-/// bounds it by the response deadline. The kubelet closes after each probe
-/// anyway, and Prometheus' scrapes are let in.
+/// A refusal (and a 400 for a target that is not a path) says `Connection:
+/// close`: hyper reads nothing more on that connection, so a client without
+/// a token is answered once per connection. A probe's answer keeps its
+/// connection, as a keep-alive prober expects; a client that pipelines
+/// probes and reads slowly is instead given no hold on its slot (see
+/// [`super::slots`]): only an answer to a protected path the guard let in
+/// keeps a slot while it moves.
 fn keep_alive(h: &mut hyper::HeaderMap, let_in: bool) {
     if !let_in {
         h.insert(CONNECTION, HeaderValue::from_static("close"));

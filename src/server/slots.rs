@@ -10,8 +10,10 @@
 //! come next wait in the backlog.
 //!
 //! A connection is using its slot only while a response is owed on it (a
-//! request head has been read and its answer is not all written) and that
-//! answer moves: bytes written within `stalled_after`. Everything else may
+//! request head has been read and its answer is not all written), that
+//! answer is to a protected path the guard let in (a scrape or a page, not
+//! a probe's answer or a refusal, which are a few hundred bytes), and it
+//! moves: bytes written within `stalled_after`. Everything else may
 //! be closed at the cap: a connection owed an answer that has not moved for
 //! `stalled_after` (a client that stopped reading), and a connection owed
 //! nothing (between requests on keep-alive, in a TLS handshake, sending a
@@ -29,7 +31,7 @@
 //! its connection while anonymous ones can give theirs.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -71,6 +73,12 @@ pub(super) struct Conn {
     /// client trickling a handshake or a head would otherwise look busy.
     last: AtomicU64,
     standing: AtomicU8,
+    /// Whether the answer owed now is to a protected path the guard let in
+    /// (a scrape, a page): only such an answer keeps the slot while it
+    /// moves. A probe's answer or a refusal does not, or a client that
+    /// pipelines `/healthz` and reads a few hundred bytes a second would
+    /// always be owed an answer that moves (issue 43).
+    guarded: AtomicBool,
     /// The connection's response deadline: whether an answer is owed.
     clock: OnceLock<Arc<ResponseClock>>,
     evict: Notify,
@@ -94,6 +102,12 @@ impl Conn {
     pub(super) fn asked(&self) {
         self.touch();
         self.rise(Standing::Asked);
+        self.guarded.store(false, Ordering::Relaxed);
+    }
+
+    /// The answer owed now is to a protected path the guard let in.
+    pub(super) fn let_in(&self) {
+        self.guarded.store(true, Ordering::Relaxed);
     }
 
     /// A request on this connection was allowed by a review.
@@ -116,7 +130,10 @@ impl Conn {
     fn eviction_key(&self, now: u64, limit: u64) -> Option<(u8, bool, u64)> {
         let last = self.last.load(Ordering::Relaxed);
         let owes = self.owes();
-        let since = if owes { last } else { self.accepted };
+        // An answer that is not a let-in one counts as owing nothing: the
+        // connection may go once it has been open for `limit`.
+        let guarded = owes && self.guarded.load(Ordering::Relaxed);
+        let since = if guarded { last } else { self.accepted };
         (now.saturating_sub(since) >= limit)
             .then(|| (self.standing.load(Ordering::Relaxed), owes, last))
     }
@@ -189,6 +206,7 @@ impl Slots {
             accepted: now,
             last: AtomicU64::new(now),
             standing: AtomicU8::new(Standing::Opened as u8),
+            guarded: AtomicBool::new(false),
             clock: OnceLock::new(),
             evict: Notify::new(),
             cut: Notify::new(),
@@ -244,11 +262,40 @@ mod tests {
 
     const STILL: Duration = Duration::from_secs(1);
 
-    fn owed(r: &Registered) -> super::super::deadline::BodyGuard {
+    /// An answer owed on `r` to a request the guard let into a protected
+    /// path (a scrape); `let_in` false: a probe's answer or a refusal.
+    fn owed_as(r: &Registered, let_in: bool) -> super::super::deadline::BodyGuard {
         let clock = Arc::new(ResponseClock::new(Duration::from_secs(30)));
         r.conn.answers_by(clock.clone());
         r.conn.asked();
+        if let_in {
+            r.conn.let_in();
+        }
         clock.start()
+    }
+
+    fn owed(r: &Registered) -> super::super::deadline::BodyGuard {
+        owed_as(r, true)
+    }
+
+    /// Issue 43, item 1: a client that pipelines `/healthz` and reads a
+    /// little every 0.9 s is always owed a probe's answer that moves; that
+    /// must not keep its slot, or 128 of them keep everyone out.
+    #[tokio::test(start_paused = true)]
+    async fn a_moving_probe_answer_does_not_keep_its_slot() {
+        let slots = Slots::new();
+        let pipeliner = slots.register();
+        let _probe = owed_as(&pipeliner, false);
+        let scraper = slots.register();
+        let _scrape = owed(&scraper);
+        tokio::time::advance(Duration::from_millis(1100)).await;
+        pipeliner.conn.touch();
+        scraper.conn.touch();
+        // Both answers moved just now; only the scrape's holds its slot.
+        assert!(slots.evict_stalest(STILL));
+        assert!(told(&pipeliner).await);
+        assert!(!told(&scraper).await);
+        assert!(!slots.evict_stalest(STILL));
     }
 
     async fn told(r: &Registered) -> bool {
