@@ -109,29 +109,37 @@ fn hold_a_lock(shared: &Shared) {
 /// `n` held locks (objects `web`, `web-1`, ...): about 1.2 kB of
 /// exposition each.
 fn hold_locks(shared: &Shared, n: usize) {
-    let info = r#"{"ID":"id-1","Operation":"OperationTypeApply","Info":"","Who":"alice@laptop","Version":"1.9.0","Created":"2026-09-26T15:53:38.315668626Z","Path":""}"#;
-    let (ns, kind) = ("ns", Kind::TerraformMachine);
     for i in 0..n {
         let name = if i == 0 {
             "web".to_string()
         } else {
             format!("web-{i}")
         };
-        let suffix = state_suffix(ns, kind, &name);
-        let lease = LockLease::new(
-            ns.into(),
-            suffix.clone(),
-            Some("TerraformMachine"),
-            Some(name.clone()),
-            "id-1".into(),
-            parse_lock_info(info).map(Some),
-        );
-        let obj = TfObject::new(kind, name.clone());
-        shared.update(|ix, now| {
-            ix.apply((obj.kind, ObjectKey::new(ns, &name)), obj, now);
-            ix.apply(ObjectKey::new(ns, lock_lease_name(&suffix)), lease, now)
-        });
+        hold_lock_of(shared, &name, "id-1", "alice@laptop");
     }
+}
+
+/// A TerraformMachine `name` in `ns` and its lock, held by `who` with
+/// lock ID `id`.
+fn hold_lock_of(shared: &Shared, name: &str, id: &str, who: &str) {
+    let info = format!(
+        r#"{{"ID":"{id}","Operation":"OperationTypeApply","Info":"","Who":"{who}","Version":"1.9.0","Created":"2026-09-26T15:53:38.315668626Z","Path":""}}"#
+    );
+    let (ns, kind) = ("ns", Kind::TerraformMachine);
+    let suffix = state_suffix(ns, kind, name);
+    let lease = LockLease::new(
+        ns.into(),
+        suffix.clone(),
+        Some("TerraformMachine"),
+        Some(name.to_owned()),
+        id.into(),
+        parse_lock_info(&info).map(Some),
+    );
+    let obj = TfObject::new(kind, name.to_owned());
+    shared.update(|ix, now| {
+        ix.apply((obj.kind, ObjectKey::new(ns, name)), obj, now);
+        ix.apply(ObjectKey::new(ns, lock_lease_name(&suffix)), lease, now)
+    });
 }
 
 /// A response: status line and headers (lower-cased names), and body.

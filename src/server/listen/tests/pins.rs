@@ -9,22 +9,7 @@ const SUPERSEDED: usize = Pins::SUPERSEDED;
 /// One more held lock, `extra-<i>`: the next render publishes a new
 /// snapshot with new bytes.
 fn one_more_lock(shared: &Shared, i: usize) {
-    let info = r#"{"ID":"id-2","Operation":"OperationTypeApply","Info":"","Who":"bob@laptop","Version":"1.9.0","Created":"2026-09-26T15:53:38.315668626Z","Path":""}"#;
-    let (ns, kind, name) = ("ns", Kind::TerraformMachine, format!("extra-{i}"));
-    let suffix = state_suffix(ns, kind, &name);
-    let lease = LockLease::new(
-        ns.into(),
-        suffix.clone(),
-        Some("TerraformMachine"),
-        Some(name.clone()),
-        "id-2".into(),
-        parse_lock_info(info).map(Some),
-    );
-    let obj = TfObject::new(kind, name.clone());
-    shared.update(|ix, now| {
-        ix.apply((obj.kind, ObjectKey::new(ns, &name)), obj, now);
-        ix.apply(ObjectKey::new(ns, lock_lease_name(&suffix)), lease, now)
-    });
+    hold_lock_of(shared, &format!("extra-{i}"), "id-2", "bob@laptop");
 }
 
 /// Reads on after `got` until the whole response is there or the server
