@@ -7,23 +7,6 @@ mod support;
 use serde_json::{json, Value};
 use support::*;
 
-fn force_unlocked(name: &str, object: &str, count: Option<u64>, rv: u32) -> Value {
-    let mut ev = json!({
-        "apiVersion": "events.k8s.io/v1", "kind": "Event",
-        "metadata": {"name": name, "namespace": NS, "resourceVersion": rv.to_string()},
-        "type": "Warning", "reason": "ForceUnlocked", "action": "Run", "reportingController": "captf-manager",
-        "reportingInstance": "captf-manager-abc",
-        "eventTime": "2026-11-29T10:00:00.000000Z",
-        "regarding": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine", "namespace": NS, "name": object},
-        "related": {"apiVersion": "batch/v1", "kind": "Job", "namespace": NS, "name": format!("captf-m-{object}-apply-a2-abc123")},
-        "note": format!("Job captf-m-{object}-apply-a2-abc123 force-unlocks a stale state lock whose holder pod no longer exists"),
-    });
-    if let Some(c) = count {
-        ev["series"] = json!({"count": c, "lastObservedTime": "2026-11-29T11:00:00.000000Z"});
-    }
-    ev
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_unlocks_are_counted_once_and_the_field_selector_falls_back() {
     let api = FakeApi::new(|path, is_watch, n| match (path, is_watch, n) {

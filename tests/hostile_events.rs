@@ -14,20 +14,6 @@ use serde_json::{json, Value};
 use support::*;
 use tokio::time::Instant;
 
-/// A ForceUnlocked Event as CAPTF writes it, about TerraformMachine `object`.
-fn force_unlocked(name: &str, object: &str, rv: u32) -> Value {
-    json!({
-        "apiVersion": "events.k8s.io/v1", "kind": "Event",
-        "metadata": {"name": name, "namespace": NS, "resourceVersion": rv.to_string()},
-        "type": "Warning", "reason": "ForceUnlocked", "action": "Run", "reportingController": "captf-manager",
-        "reportingInstance": "captf-manager-abc",
-        "eventTime": "2026-11-29T10:00:00.000000Z",
-        "regarding": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine", "namespace": NS, "name": object},
-        "related": {"apiVersion": "batch/v1", "kind": "Job", "namespace": NS, "name": format!("captf-m-{object}-apply-a2-abc123")},
-        "note": format!("Job captf-m-{object}-apply-a2-abc123 force-unlocks a stale state lock whose holder pod no longer exists"),
-    })
-}
-
 /// Events listed at the start about objects that do not exist.
 const LISTED: usize = 300;
 /// More of them on the watch.
@@ -45,19 +31,21 @@ async fn events_about_unknown_objects_past_the_cap_are_dropped_and_counted() {
         (EVENTS, false, 1) => Reply::Json(500, status(500, "InternalError")),
         (EVENTS, false, _) => {
             let ghosts = (0..LISTED)
-                .map(|i| force_unlocked(&format!("old-{i}"), &format!("ghost-{i}"), 1))
+                .map(|i| force_unlocked(&format!("old-{i}"), &format!("ghost-{i}"), None, 1))
                 .collect();
             Reply::Json(200, list(ghosts, 10))
         }
         (EVENTS, true, 1) => {
             let mut events: Vec<Value> = (0..WATCHED)
                 .map(|i| {
-                    let ev = force_unlocked(&format!("new-{i}"), &format!("ghost-new-{i}"), 11);
+                    let ev =
+                        force_unlocked(&format!("new-{i}"), &format!("ghost-new-{i}"), None, 11);
                     json!({"type": "ADDED", "object": ev})
                 })
                 .collect();
             // An Event about an object that exists: counted, cap or not.
-            events.push(json!({"type": "ADDED", "object": force_unlocked("e-web", "web", 12)}));
+            events
+                .push(json!({"type": "ADDED", "object": force_unlocked("e-web", "web", None, 12)}));
             Reply::Watch(events, true)
         }
         (EVENTS, true, _) => open_watch(),

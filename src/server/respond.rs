@@ -70,7 +70,7 @@ impl Answers {
     /// the API server's review allowed marks `caller` reviewed (the
     /// connection slots keep such callers longest). Every answer carries
     /// [`secure`]'s headers, and every refusal `Connection: close` (see
-    /// [`keep_alive`]).
+    /// [`close_after_refusal`]).
     pub(super) async fn respond(
         &self,
         req: &Request<Incoming>,
@@ -83,7 +83,7 @@ impl Answers {
                 "bad request: the request target must be a path, as in GET /metrics\n",
             ));
             secure(r.headers_mut());
-            keep_alive(r.headers_mut(), false);
+            close_after_refusal(r.headers_mut());
             return r;
         };
         let checked = self
@@ -95,8 +95,8 @@ impl Answers {
                 req.headers().get(AUTHORIZATION),
             )
             .await;
-        let (mut r, let_in) = match checked {
-            Err(refusal) => (boxed(refused(&refusal)), false),
+        let (mut r, refusal) = match checked {
+            Err(refusal) => (boxed(refused(&refusal)), true),
             Ok(()) => {
                 let protected = !auth::is_open(target.path);
                 if protected {
@@ -105,11 +105,13 @@ impl Answers {
                         caller.reviewed();
                     }
                 }
-                (self.answer(req, &target, caller).await, true)
+                (self.answer(req, &target, caller).await, false)
             }
         };
         secure(r.headers_mut());
-        keep_alive(r.headers_mut(), let_in);
+        if refusal {
+            close_after_refusal(r.headers_mut());
+        }
         r
     }
 
@@ -192,10 +194,8 @@ impl Answers {
 /// probes and reads slowly is instead given no hold on its slot (see
 /// [`super::slots`]): only an answer to a protected path the guard let in
 /// keeps a slot while it moves.
-fn keep_alive(h: &mut hyper::HeaderMap, let_in: bool) {
-    if !let_in {
-        h.insert(CONNECTION, HeaderValue::from_static("close"));
-    }
+fn close_after_refusal(h: &mut hyper::HeaderMap) {
+    h.insert(CONNECTION, HeaderValue::from_static("close"));
 }
 
 /// What a request asks for, when its target is a path: origin-form

@@ -141,14 +141,20 @@ def webhook(node: Node) -> Iterator[Webhook]:
     h.close()
 
 
-def operator_manifests(images: dict[str, str]) -> list[dict[str, Any]]:
-    """The operator's own example RBAC and Deployment (from the module the binary was built from),
-    in namespace monitoring, with the local images."""
+def operator_module_dir() -> Path:
+    """Where the Go module the operator was built from lies (its example manifests and CRDs)."""
     import subprocess
     d = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "github.com/prometheus-operator/prometheus-operator"],
                        cwd=ROOT / "tools" / "node" / "operator", check=True, capture_output=True, text=True).stdout.strip()
+    return Path(d)
+
+
+def operator_manifests(images: dict[str, str]) -> list[dict[str, Any]]:
+    """The operator's own example RBAC and Deployment (from the module the binary was built from),
+    in namespace monitoring, with the local images."""
+    d = operator_module_dir()
     objs = []
-    for f in sorted((Path(d) / "example" / "rbac" / "prometheus-operator").glob("*.yaml")):
+    for f in sorted((d / "example" / "rbac" / "prometheus-operator").glob("*.yaml")):
         if "service-monitor" in f.name:
             continue
         for doc in yaml.safe_load_all(f.read_text()):
@@ -168,10 +174,8 @@ def operator_manifests(images: dict[str, str]) -> list[dict[str, Any]]:
 
 
 def crd_dir() -> Path:
-    import subprocess
-    d = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "github.com/prometheus-operator/prometheus-operator"],
-                       cwd=ROOT / "tools" / "node" / "operator", check=True, capture_output=True, text=True).stdout.strip()
-    return Path(d) / "example" / "prometheus-operator-crd"
+    d = operator_module_dir()
+    return d / "example" / "prometheus-operator-crd"
 
 
 def monitoring_stack(images: dict[str, str], hook_url: str) -> list[dict[str, Any]]:
@@ -213,9 +217,13 @@ class Monitoring:
     def __init__(self, node: Node, webhook: Webhook):
         self.node = node
         self.webhook = webhook
+        self._url: str | None = None
 
     def prometheus_url(self) -> str:
-        return f"http://{self.node.pod_ip('monitoring', 'prometheus-main-0')}:9090"
+        """The Prometheus pod's address, read once: the StatefulSet's pod is never replaced here."""
+        if self._url is None:
+            self._url = f"http://{self.node.pod_ip('monitoring', 'prometheus-main-0')}:9090"
+        return self._url
 
     def query(self, q: str) -> list[dict[str, Any]]:
         import requests

@@ -50,6 +50,25 @@ pub fn lease(machine: &str, who: Option<&str>, rv: u32) -> Value {
     json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec})
 }
 
+/// A ForceUnlocked Event as CAPTF writes it, about TerraformMachine
+/// `object`; with `count`, an Event series of that many occurrences.
+pub fn force_unlocked(name: &str, object: &str, count: Option<u64>, rv: u32) -> Value {
+    let mut ev = json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": NS, "resourceVersion": rv.to_string()},
+        "type": "Warning", "reason": "ForceUnlocked", "action": "Run", "reportingController": "captf-manager",
+        "reportingInstance": "captf-manager-abc",
+        "eventTime": "2026-11-29T10:00:00.000000Z",
+        "regarding": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine", "namespace": NS, "name": object},
+        "related": {"apiVersion": "batch/v1", "kind": "Job", "namespace": NS, "name": format!("captf-m-{object}-apply-a2-abc123")},
+        "note": format!("Job captf-m-{object}-apply-a2-abc123 force-unlocks a stale state lock whose holder pod no longer exists"),
+    });
+    if let Some(c) = count {
+        ev["series"] = json!({"count": c, "lastObservedTime": "2026-11-29T11:00:00.000000Z"});
+    }
+    ev
+}
+
 pub fn machine(name: &str, rv: u32) -> Value {
     json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
         "metadata": {"name": name, "namespace": NS, "resourceVersion": rv.to_string()}, "spec": {}})

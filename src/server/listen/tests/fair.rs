@@ -57,30 +57,6 @@ async fn below_the_still_limit_nobody_is_closed_and_the_newcomer_waits() {
     );
 }
 
-/// Token `prometheus` may get everything; every other token is rejected.
-struct Reviewed;
-
-impl crate::server::auth::Reviewer for Reviewed {
-    fn token<'a>(&'a self, token: &'a str) -> Answer<'a, Identity> {
-        Box::pin(async move {
-            Ok(match token {
-                "prometheus" => Identity::Authenticated(User {
-                    name: "system:serviceaccount:monitoring:prometheus".into(),
-                    ..User::default()
-                }),
-                _ => Identity::Rejected,
-            })
-        })
-    }
-
-    fn access<'a>(&'a self, _user: &'a User, _verb: &'a str, _path: &'a str) -> Answer<'a, bool> {
-        Box::pin(async { Ok(true) })
-    }
-}
-
-use crate::server::auth::review::Answer;
-use crate::server::auth::{Identity, User};
-
 /// A new in-memory connection handed to the server's listener.
 fn dial(tx: &mpsc::UnboundedSender<io::Result<DuplexStream>>) -> DuplexStream {
     let (client, server) = tokio::io::duplex(1 << 20);
@@ -104,7 +80,7 @@ async fn probe(h: &Harness, path: &str, status: &str) -> bool {
 #[tokio::test(start_paused = true)]
 async fn chatty_clients_cannot_keep_scrapes_or_probes_out() {
     let config = Config::DEFAULT;
-    let reviewed = Guard::kubernetes(Arc::new(Reviewed));
+    let reviewed = Guard::kubernetes(Arc::new(Recording::default()));
     let h = Harness::start_with(
         config,
         Endpoint {
@@ -259,7 +235,7 @@ async fn slow_pipeliners_cannot_keep_a_probe_or_a_scraper_out() {
         config,
         Endpoint {
             transport: Transport::Plain,
-            guard: Guard::kubernetes(Arc::new(Reviewed)),
+            guard: Guard::kubernetes(Arc::new(Recording::default())),
         },
     );
     let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));

@@ -153,36 +153,6 @@ async fn tcp_clients_that_never_read_cannot_keep_a_scraper_out() {
     );
 }
 
-/// Token `prometheus` may get every path; the paths asked about are kept.
-#[derive(Default)]
-struct Recording {
-    paths: Mutex<Vec<String>>,
-}
-
-impl crate::server::auth::Reviewer for Recording {
-    fn token<'a>(&'a self, token: &'a str) -> Answer<'a, Identity> {
-        Box::pin(async move {
-            Ok(match token {
-                "prometheus" => Identity::Authenticated(User {
-                    name: "system:serviceaccount:monitoring:prometheus".into(),
-                    ..User::default()
-                }),
-                _ => Identity::Rejected,
-            })
-        })
-    }
-
-    fn access<'a>(&'a self, _user: &'a User, _verb: &'a str, path: &'a str) -> Answer<'a, bool> {
-        if let Ok(mut paths) = self.paths.lock() {
-            paths.push(path.to_owned());
-        }
-        Box::pin(async { Ok(true) })
-    }
-}
-
-use crate::server::auth::review::Answer;
-use crate::server::auth::{Identity, User};
-
 /// Sends `request` as it is on a new TCP connection; the whole answer,
 /// read until the server closes.
 async fn raw(addr: std::net::SocketAddr, request: &str) -> String {
