@@ -8,6 +8,11 @@ end prints one Markdown table (plus the API-request breakdown and, at the larges
 Prometheus 2.42 saw), then issue 35's figures per size with one column per binary. Nothing here asserts a time: the figures are printed, not judged. Every wait polls a
 condition against a deadline.
 
+From ``--reduced-from`` objects on (default 500,000) a run is in the reduced mode: the phases
+whose time grows with the body times the number of scrapes are cut down (see ``Mode``), so a
+1,000,000-object point (a 600 MB exposition) takes minutes, not hours; the tables say which runs
+were reduced and print "–" for what a run did not measure.
+
 Only the standard library and aiohttp.
 """
 
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import gzip
 import json
@@ -41,12 +47,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the shar
 from procs import free_port, start, stop, stop_all  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_report import details, figures, table  # noqa: E402
+from bench_report import details, figures, fleet_label, table  # noqa: E402
 
 PROM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 PLAIN = {"Accept": PROM_ACCEPT, "Accept-Encoding": "identity"}
 GZIP = {"Accept": PROM_ACCEPT, "Accept-Encoding": "gzip"}
+#: --pod-read-rate given to the exporter in the reduced mode unless the bench's flag says otherwise:
+#: 1M objects have 33,333 gone holder pods, 11 min of reads at the exporter's default 50/s; at
+#: 500/s they settle in about 67 s, what 100k take at the default.
+REDUCED_POD_READ_RATE = 500
+REDUCED_SUMMARY = ("5 sequential scrapes (or --scrapes) per encoding (and per anchor and churn battery), no 10 concurrent "
+                   "scrapers, 4 scrapes at once instead of 16 (bodies dropped by the client as read), one "
+                   "plain fetch of the lists, stale verdicts settled at the pod read rate shown under the "
+                   "table; \"–\": not measured")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MiB = 1024 * 1024
 
@@ -154,28 +168,67 @@ def pct(xs: list[float], p: float) -> float:
     return s[int(k)]
 
 
-async def timed_get(session: aiohttp.ClientSession, url: str, headers: dict) -> tuple[float, bytes, dict]:
+class Mode:
+    """What a run measures. The full mode is the one every earlier table was measured with; the
+    reduced mode (from ``--reduced-from`` objects) keeps every figure of the cost curve (ready,
+    RSS at ready / at rest / peak, scrape p50 plain and gzip, change→metric) and cuts what grows
+    with the body times the number of scrapes: a few sequential scrapes, no 10 concurrent
+    scrapers, 4 scrapes at once instead of 16 (the client drops their bodies as they arrive), one
+    plain fetch of the lists instead of three, and longer deadlines."""
+
+    def __init__(self, n: int, args):
+        self.reduced = bool(args.reduced_from) and n >= args.reduced_from
+        self.name = "reduced" if self.reduced else "full"
+        big = n >= 50_000
+        self.seq_n = args.scrapes or (5 if self.reduced else 50 if big else 100)
+        self.c10 = not self.reduced              # the 10-concurrent-scrapers phase
+        self.each = 3 if big else 10             # scrapes per scraper in it
+        self.at_once = 4 if self.reduced else 16  # the "1 vs N at once" peak-RSS phase
+        self.fetches = 1 if self.reduced else 3
+        self.settle_interval = 2.0 if self.reduced else 0.5  # each poll is a whole scrape
+        # Deadlines: the full mode's, or grown with the fleet (a 1M fleet is built in about a
+        # minute, and a scrape of it moves 600 MB).
+        k = max(1.0, n / 100_000)
+        self.start_timeout = 600 if not self.reduced else 600 + 60 * k
+        self.http_timeout = 600 if not self.reduced else 1800
+        self.change_deadline = 60 if not self.reduced else 300
+        self.pod_read_rate = args.pod_read_rate or (REDUCED_POD_READ_RATE if self.reduced else 0)
+        # Stale verdicts: the gone holder pods (a third of the held locks) read at the pod read
+        # rate (the exporter's default 50/s when not given), three times over, and 900 s at least.
+        gone = n * args.held_fraction / 3
+        self.settle_timeout = max(900.0, 3 * gone / (self.pod_read_rate or 50) + 300)
+
+
+async def timed_get(session: aiohttp.ClientSession, url: str, headers: dict,
+                    keep: bool = True) -> tuple[float, bytes, dict]:
+    """One GET, the whole body read; with ``keep=False`` the body is read in chunks and dropped
+    (so many concurrent 600 MB scrapes do not sit in the client's memory) and ``b""`` returned."""
     t = time.perf_counter()
     async with session.get(url, headers=headers) as r:
-        body = await r.read()
+        if keep:
+            body = await r.read()
+        else:
+            body = b""
+            async for _ in r.content.iter_chunked(1 << 20):
+                pass
         if r.status != 200:
             raise RuntimeError(f"GET {url}: {r.status}")
         return time.perf_counter() - t, body, dict(r.headers)
 
 
-async def sequential(session, url, headers, n) -> list[float]:
+async def sequential(session, url, headers, n, keep: bool = True) -> list[float]:
     out = []
     for _ in range(n):
-        dt_, _, _ = await timed_get(session, url, headers)
+        dt_, _, _ = await timed_get(session, url, headers, keep)
         out.append(dt_)
     return out
 
 
-async def concurrent(url, headers, scrapers: int, each: int) -> list[float]:
+async def concurrent(url, headers, scrapers: int, each: int, keep: bool = True, timeout: float = 600) -> list[float]:
     """``scrapers`` clients, each with its own connection, each scraping ``each`` times back to back."""
     async def one():
-        async with aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=600)) as s:
-            return await sequential(s, url, headers, each)
+        async with aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=timeout)) as s:
+            return await sequential(s, url, headers, each, keep)
     results = await asyncio.gather(*(one() for _ in range(scrapers)))
     return [x for r in results for x in r]
 
@@ -231,7 +284,8 @@ def decoded(body: bytes, hdrs: dict) -> bytes:
     return gzip.decompress(body) if gz else body
 
 
-async def change_latency(session, api, metrics_url, path: str, key: str, before, done, headers=PLAIN) -> float:
+async def change_latency(session, api, metrics_url, path: str, key: str, before, done, headers=PLAIN,
+                         deadline_s: float = 60) -> float:
     """POSTs a change to the fake API, then scrapes back to back (with ``headers``: plain or gzip)
     until ``done(body)``. Returns the time from the POST to the end of the first scrape that shows
     it (an upper bound: it includes that scrape, and for gzip the client's decompression of the
@@ -244,12 +298,12 @@ async def change_latency(session, api, metrics_url, path: str, key: str, before,
     async with session.post(f"{api}{path}?{key}") as r:
         if r.status != 200:
             raise RuntimeError(f"POST {path}?{key}: {r.status} {await r.text()}")
-    deadline = t0 + 60
+    deadline = t0 + deadline_s
     while time.perf_counter() < deadline:
         _, body, hdrs = await timed_get(session, metrics_url, headers)
         if done(decoded(body, hdrs)):
             return time.perf_counter() - t0
-    raise TimeoutError(f"change {path}?{key} not shown on /metrics within 60 s")
+    raise TimeoutError(f"change {path}?{key} not shown on /metrics within {deadline_s:.0f} s")
 
 
 async def churn_battery(session, api, metrics_url, lease: str, n: int, headers=PLAIN) -> tuple[list[float], int]:
@@ -301,14 +355,15 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
     """One run: a fresh fake API of ``n`` objects (so every binary and round starts from the same
     fleet: the change and churn phases edit it), one exporter (``exporter_path``, named ``binary``
     in the tables), every phase. ``tag`` names the log files."""
-    res: dict = {"objects": n, "binary": binary}
+    mode = Mode(n, args)
+    res: dict = {"objects": n, "binary": binary, "mode": mode.name}
     api_port = free_port()
     api = f"http://127.0.0.1:{api_port}"
     api_log = workdir / f"fake_api-{tag}.log"
     fake = start([args.fake_api, "--objects", str(n), "--held-fraction", str(args.held_fraction),
                   "--port", str(api_port)], api_log)
     exporter = prom = None
-    session = aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=600))
+    session = aiohttp.ClientSession(auto_decompress=False, timeout=aiohttp.ClientTimeout(total=mode.http_timeout))
     try:
         async def api_up():
             if fake.poll() is not None:
@@ -316,8 +371,12 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
             async with session.get(api + "/_stats") as r:
                 return r.status == 200
         t = time.perf_counter()
-        await wait_for(api_up, 600, "the fake API to listen")
+        await wait_for(api_up, mode.start_timeout, "the fake API to listen", interval=0.02 if n < 100_000 else 0.2)
         res["api_build_s"] = time.perf_counter() - t
+        res["api_rss_mib"] = status_kib(fake.pid, "VmRSS") / 1024
+        res["api_hwm_mib"] = status_kib(fake.pid, "VmHWM") / 1024
+        log(f"{tag}: fake API up in {res['api_build_s']:.1f} s, RSS {res['api_rss_mib']:.0f} MiB "
+            f"(peak {res['api_hwm_mib']:.0f} MiB); {mode.name} mode")
         async with session.get(api + "/_info") as r:
             info = json.loads(await r.read())
         res["items"] = info["items"]
@@ -327,7 +386,8 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
         res["held"] = len(held)
 
         # The fake API is not the bottleneck: a plain fetch of the same lists.
-        fetches = [await fetch_all_lists(session, api) for _ in range(3)]
+        fetches = [await fetch_all_lists(session, api) for _ in range(mode.fetches)]
+        res["fetch_n"] = len(fetches)
         res["fetch_s"] = statistics.median(f[0] for f in fetches)
         res["fetch_bytes"] = fetches[0][1]
         res["fetch_requests"] = fetches[0][2]
@@ -348,8 +408,10 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
                if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
         ex_log = workdir / f"exporter-{tag}.log"
         t_start = time.perf_counter()
+        res["pod_read_rate"] = mode.pod_read_rate or None  # None: the exporter's default
         exporter = start([exporter_path, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
-                          "--plain-http", "--auth=none", "--log-level", "warn"], ex_log, env=env)
+                          "--plain-http", "--auth=none", "--log-level", "warn"]
+                         + (["--pod-read-rate", str(mode.pod_read_rate)] if mode.pod_read_rate else []), ex_log, env=env)
         pid = exporter.pid
 
         async def ready():
@@ -358,7 +420,7 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
             async with session.get(base + "/readyz") as r:
                 await r.read()
                 return r.status == 200
-        await wait_for(ready, 600, "the exporter's /readyz to answer 200")
+        await wait_for(ready, mode.start_timeout, "the exporter's /readyz to answer 200")
         t_ready = time.perf_counter()
         res["ready_s"] = t_ready - t_start
         res["ready_cpu_s"] = cpu_seconds(pid)
@@ -372,15 +434,20 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
         # steady state starts once none is pending (no own_unverified lock).
         async def settled():
             async with session.get(metrics_url, headers=PLAIN) as r:
-                text = (await r.read()).decode("utf-8", "replace")
-            return 'captf_state_locks_held{class="own_unverified"} 0' in text
-        await wait_for(settled, 900, "every stale verdict confirmed", interval=0.5)
+                body = await r.read()
+            # No stale verdict waits for a live pod read (OpenMetrics writes the value as 0.0).
+            needle = b'\ncaptf_state_locks_held{class="own_unverified"} '
+            k = body.find(needle)
+            return k >= 0 and body[k + len(needle):body.find(b"\n", k + len(needle))] in (b"0", b"0.0")
+        await wait_for(settled, mode.settle_timeout, "every stale verdict confirmed", interval=mode.settle_interval)
         res["settled_s"] = time.perf_counter() - t_ready
         log(f"{tag}: stale verdicts settled {res['settled_s']:.1f} s after ready")
 
-        big = n >= 50_000
-        seq_n = args.scrapes or (50 if big else 100)
-        each = 3 if big else 10
+        seq_n = mode.seq_n
+        # In the reduced mode the sequential phases are watched for the peak RSS too (the full
+        # mode's peak comes from its concurrent phases; the sampling thread is left out there so
+        # its figures stay comparable with the earlier tables).
+        seq_watch = (lambda: PeakRss(pid)) if mode.reduced else contextlib.nullcontext
 
         # One scrape's peak, then sequential scrapes.
         with PeakRss(pid) as one:
@@ -388,7 +455,10 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
         res["peak_1_mib"] = one.mib
         res["content_type"] = hdrs.get("Content-Type", "")
         res["plain_bytes"] = len(body)
-        seq = await sequential(session, metrics_url, PLAIN, seq_n)
+        with seq_watch() as seq_peak:
+            seq = await sequential(session, metrics_url, PLAIN, seq_n)
+        if seq_peak is not None:
+            res["seq_peak_mib"] = seq_peak.mib
         res["seq_n"] = seq_n
         res["seq_p50_ms"] = pct(seq, 50) * 1e3
         res["seq_p99_ms"] = pct(seq, 99) * 1e3
@@ -404,7 +474,11 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
             # once, at zlib's default level 6 (issue 35: at most 1.2x).
             res["gzip_whole6_bytes"] = len(gzip.compress(text, compresslevel=6, mtime=0))
             res["gzip_ratio"] = res["gzip_bytes"] / res["gzip_whole6_bytes"]
-            gz = await sequential(session, metrics_url, GZIP, seq_n)
+            del text
+            with seq_watch() as gz_peak:
+                gz = await sequential(session, metrics_url, GZIP, seq_n)
+            if gz_peak is not None:
+                res["gzip_seq_peak_mib"] = gz_peak.mib
             res["gzip_p50_ms"] = pct(gz, 50) * 1e3
             res["gzip_p99_ms"] = pct(gz, 99) * 1e3
         else:
@@ -425,21 +499,24 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
             static_gz = await static_run(gz_body, GZIP)
             res["static_gzip_p50_ms"] = pct(static_gz, 50) * 1e3
             res["static_gzip_p99_ms"] = pct(static_gz, 99) * 1e3
+        del body, gz_body
 
-        # 10 concurrent scrapers.
-        with PeakRss(pid) as ten:
-            conc = await concurrent(metrics_url, PLAIN, 10, each)
-        res["c10_n"] = len(conc)
-        res["c10_p50_ms"] = pct(conc, 50) * 1e3
-        res["c10_p99_ms"] = pct(conc, 99) * 1e3
-        res["c10_peak_mib"] = ten.mib
+        # 10 concurrent scrapers (not in the reduced mode).
+        if mode.c10:
+            with PeakRss(pid) as ten:
+                conc = await concurrent(metrics_url, PLAIN, 10, mode.each)
+            res["c10_n"] = len(conc)
+            res["c10_p50_ms"] = pct(conc, 50) * 1e3
+            res["c10_p99_ms"] = pct(conc, 99) * 1e3
+            res["c10_peak_mib"] = ten.mib
 
-        # 16 concurrent scrapes at once vs one.
+        # 16 concurrent scrapes at once vs one (4 in the reduced mode, bodies dropped as read).
         with PeakRss(pid) as one_again:
-            await timed_get(session, metrics_url, PLAIN)
+            await timed_get(session, metrics_url, PLAIN, keep=not mode.reduced)
         with PeakRss(pid) as sixteen:
-            await concurrent(metrics_url, PLAIN, 16, 1)
+            await concurrent(metrics_url, PLAIN, mode.at_once, 1, keep=not mode.reduced, timeout=mode.http_timeout)
         res["peak_1_mib"] = max(res["peak_1_mib"], one_again.mib)
+        res["c16_n"] = mode.at_once
         res["c16_peak_mib"] = sixteen.mib
         res["rss_after_scrapes_mib"] = status_kib(pid, "VmRSS") / 1024
         res["hwm_mib"] = status_kib(pid, "VmHWM") / 1024  # since the last reset, see the README
@@ -508,14 +585,16 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
             for h in picks[:args.changes]:
                 lat.append(await change_latency(session, api, metrics_url, "/_change/release",
                                                 "lease=" + urllib.parse.quote(h["lease"], safe=""),
-                                                held_metric(h, b"1"), held_metric(h, b"0"), headers))
+                                                held_metric(h, b"1"), held_metric(h, b"0"), headers,
+                                                mode.change_deadline))
             res[pre + "release_ms"] = [x * 1e3 for x in lat]
             res[pre + "release_median_ms"] = statistics.median(lat) * 1e3 if lat else None
             lat = []
             for h in holders("own_pod_alive")[i * args.changes:(i + 1) * args.changes]:
                 lat.append(await change_latency(session, api, metrics_url, "/_change/pod-failed",
                                                 "pod=" + urllib.parse.quote(h["pod"], safe=""),
-                                                of_class(h, "own_live"), of_class(h, "own_stale"), headers))
+                                                of_class(h, "own_live"), of_class(h, "own_stale"), headers,
+                                                mode.change_deadline))
             res[pre + "pod_failed_ms"] = [x * 1e3 for x in lat]
             res[pre + "pod_failed_median_ms"] = statistics.median(lat) * 1e3 if lat else None
             all_changes = res[pre + "release_ms"] + res[pre + "pod_failed_ms"]
@@ -535,7 +614,12 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
         res["scrape_after_changes_ms"] = (await timed_get(session, metrics_url, PLAIN))[0] * 1e3
 
         if with_prometheus:
-            res["prometheus"] = await prometheus_run(args, port, workdir)
+            try:
+                res["prometheus"] = await prometheus_run(args, port, workdir)
+            except (TimeoutError, RuntimeError) as e:
+                # Printed under the table instead of losing the run (at 1M a 600 MB scrape can
+                # outlast Prometheus's 10 s scrape_timeout).
+                res["prometheus"] = {"error": str(e)}
         res["rss_end_mib"] = status_kib(pid, "VmRSS") / 1024
         if exporter.poll() is not None:
             raise RuntimeError(f"exporter exited with {exporter.returncode}; see {ex_log}")
@@ -593,7 +677,14 @@ async def main() -> int:
                     help="runs of every binary per size, alternating binaries (old, new, old, new, ...)")
     ap.add_argument("--fake-api", required=True)
     ap.add_argument("--held-fraction", type=float, default=0.1)
-    ap.add_argument("--scrapes", type=int, default=0, help="sequential scrapes (default 100; 50 from 50k objects)")
+    ap.add_argument("--scrapes", type=int, default=0,
+                    help="sequential scrapes (default 100; 50 from 50k objects; 5 in the reduced mode)")
+    ap.add_argument("--reduced-from", type=int, default=500_000, metavar="N",
+                    help="objects from which a run is in the reduced mode (few scrapes, no 10 concurrent "
+                         "scrapers, 4 at once instead of 16, one list fetch, longer deadlines); 0: never")
+    ap.add_argument("--pod-read-rate", type=int, default=0, metavar="N",
+                    help=f"--pod-read-rate for the exporter at every size (default: the exporter's own "
+                         f"default, {REDUCED_POD_READ_RATE}/s in the reduced mode)")
     ap.add_argument("--idle-seconds", type=float, default=60)
     ap.add_argument("--changes", type=int, default=3, help="changes per kind for change-to-metric")
     ap.add_argument("--prometheus", choices=["yes", "no"], default="yes",
@@ -616,6 +707,7 @@ async def main() -> int:
     log(f"logs in {workdir}")
     results = []
     load_before = os.getloadavg()
+    t_begin = time.perf_counter()
     try:
         for n in args.sizes:
             last = n == max(args.sizes)
@@ -627,9 +719,13 @@ async def main() -> int:
     finally:
         stop_all()
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    reduced = [fleet_label(n) for n in sorted({r["objects"] for r in results if r["mode"] == "reduced"})]
     print(f"\n## Benchmark ({when}; {os.cpu_count()} cores, {platform.machine()}, "
           f"held fraction {args.held_fraction}; load average {load_before[0]:.2f} before, "
-          f"{os.getloadavg()[0]:.2f} after)\n")
+          f"{os.getloadavg()[0]:.2f} after; wall time {time.perf_counter() - t_begin:.0f} s)\n")
+    if reduced:
+        print(f"Reduced mode at {', '.join(reduced)} (from {fleet_label(args.reduced_from)} objects): "
+              f"{REDUCED_SUMMARY}\n")
     print(table(results))
     print()
     print(details(results))

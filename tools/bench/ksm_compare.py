@@ -46,6 +46,7 @@ import shutil
 import signal
 import socket
 import socketserver
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -280,11 +281,16 @@ class PeakRss:
 # ------------------------------------------------------------------------------------------------
 
 class Scraper:
-    """One keep-alive connection; ``get`` returns (seconds to the last body byte, raw body, headers)."""
+    """One keep-alive connection; ``get`` returns (seconds to the last body byte, raw body, headers).
+    ``tls``: HTTPS with this context instead of plain HTTP; ``headers``: sent with every request
+    (e.g. ``Authorization``)."""
 
-    def __init__(self, port: int, timeout: float = 30.0):
+    def __init__(self, port: int, timeout: float = 30.0, tls: "ssl.SSLContext | None" = None,
+                 headers: dict[str, str] | None = None):
         self.port = port
         self.timeout = timeout
+        self.tls = tls
+        self.headers = dict(headers or {})
         #: time.monotonic() when the last answer's last byte arrived: a ready check that parses a
         #: large body (50 MB at 100k for the exporter) dates readiness by the answer, not by the
         #: end of its own parsing
@@ -294,10 +300,12 @@ class Scraper:
     def get(self, path: str, accept: str = PROM_ACCEPT, encoding: str = "gzip") -> tuple[float, int, bytes, dict]:
         for attempt in (1, 2):
             if self.c is None:
-                self.c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+                self.c = (http.client.HTTPSConnection("127.0.0.1", self.port, timeout=self.timeout, context=self.tls)
+                          if self.tls is not None else
+                          http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout))
             t = time.perf_counter()
             try:
-                self.c.request("GET", path, headers={"Accept": accept, "Accept-Encoding": encoding})
+                self.c.request("GET", path, headers={**self.headers, "Accept": accept, "Accept-Encoding": encoding})
                 r = self.c.getresponse()
                 body = r.read()
                 self.answered_at = time.monotonic()

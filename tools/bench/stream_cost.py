@@ -89,6 +89,54 @@ class Api:
             c.close()
 
 
+#: "both, both listed" in docs/performance.md and KSM.md: the floor of any start that reads the
+#: lock Leases and the TerraformMachines (tools/bench/ready_floor.py measures against it)
+FLOOR_PAIR = "Leases protobuf LIST + TerraformMachines JSON LIST at once"
+#: what the exporter asks at start since it reads the Leases in protobuf
+EXPORTER_PAIR = "Leases protobuf + TerraformMachines JSON watch-lists at once"
+
+
+def requests_for(cp: Any) -> tuple[dict[str, tuple[str, str, bytes | None]], dict[str, tuple[str, str]]]:
+    """The single requests (path, Accept, read until) and the pairs read at once, by name."""
+    gv = cp.kube.get("/apis/infrastructure.cluster.x-k8s.io").json()["preferredVersion"]["groupVersion"]
+    leases = "/apis/coordination.k8s.io/v1/leases"
+    machines = f"/apis/{gv}/terraformmachines"
+    sel = "labelSelector=tfstate%3Dtrue"
+    cases = {
+        "Leases watch-list, JSON": (leases + WATCH_LIST + "&" + sel, JSON, END),
+        "Leases watch-list, protobuf": (leases + WATCH_LIST + "&" + sel, PROTO_WATCH, END),
+        "TerraformMachines watch-list, JSON": (machines + WATCH_LIST, JSON, END),
+        "Leases LIST, JSON": (f"{leases}?{sel}", JSON, None),
+        "Leases LIST, protobuf": (f"{leases}?{sel}", PROTO, None),
+        "TerraformMachines LIST, JSON": (machines, JSON, None),
+    }
+    pairs = {
+        "both JSON watch-lists at once": ("Leases watch-list, JSON", "TerraformMachines watch-list, JSON"),
+        "Leases protobuf + TerraformMachines JSON watch-lists at once":
+            ("Leases watch-list, protobuf", "TerraformMachines watch-list, JSON"),
+        "Leases protobuf watch-list + TerraformMachines JSON LIST at once":
+            ("Leases watch-list, protobuf", "TerraformMachines LIST, JSON"),
+        "Leases protobuf LIST + TerraformMachines JSON LIST at once":
+            ("Leases LIST, protobuf", "TerraformMachines LIST, JSON"),
+    }
+    return cases, pairs
+
+
+def read_pair(api: Api, cases: dict[str, tuple[str, str, bytes | None]], members: tuple[str, str]) -> tuple[float, int]:
+    """The two requests ``members`` at once, each on its own thread and TLS connection: seconds from
+    starting both to the end of the later one, and bytes read in all."""
+    got: list[tuple[float, int]] = []
+    ts = [threading.Thread(target=lambda c=c: got.append(api.read(*cases[c]))) for c in members]
+    t = time.monotonic()
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    if len(got) != 2:
+        raise RuntimeError(f"a parallel read failed ({' + '.join(members)})")
+    return time.monotonic() - t, sum(n for _, n in got)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--leases", type=int, default=10000)
@@ -112,27 +160,7 @@ def main() -> int:
         print(f"kube-apiserver {KUBE_VERSION}: {len(objs)} objects created in {secs:.1f} s", flush=True)
         ksm_compare.warm_watch_caches(cp)
         api = Api(cp)
-        gv = cp.kube.get("/apis/infrastructure.cluster.x-k8s.io").json()["preferredVersion"]["groupVersion"]
-        leases = "/apis/coordination.k8s.io/v1/leases"
-        machines = f"/apis/{gv}/terraformmachines"
-        sel = "labelSelector=tfstate%3Dtrue"
-        cases = {
-            "Leases watch-list, JSON": (leases + WATCH_LIST + "&" + sel, JSON, END),
-            "Leases watch-list, protobuf": (leases + WATCH_LIST + "&" + sel, PROTO_WATCH, END),
-            "TerraformMachines watch-list, JSON": (machines + WATCH_LIST, JSON, END),
-            "Leases LIST, JSON": (f"{leases}?{sel}", JSON, None),
-            "Leases LIST, protobuf": (f"{leases}?{sel}", PROTO, None),
-            "TerraformMachines LIST, JSON": (machines, JSON, None),
-        }
-        pairs = {
-            "both JSON watch-lists at once": ("Leases watch-list, JSON", "TerraformMachines watch-list, JSON"),
-            "Leases protobuf + TerraformMachines JSON watch-lists at once":
-                ("Leases watch-list, protobuf", "TerraformMachines watch-list, JSON"),
-            "Leases protobuf watch-list + TerraformMachines JSON LIST at once":
-                ("Leases watch-list, protobuf", "TerraformMachines LIST, JSON"),
-            "Leases protobuf LIST + TerraformMachines JSON LIST at once":
-                ("Leases LIST, protobuf", "TerraformMachines LIST, JSON"),
-        }
+        cases, pairs = requests_for(cp)
         pid = cp.apiserver.pid if cp.apiserver is not None else None
         if pid is None:
             raise RuntimeError("kube-apiserver is not running")
@@ -153,20 +181,11 @@ def main() -> int:
                 cpus[name].append(settled_cpu(c0))
                 sizes[name] = n
             for pair, members in pairs.items():
-                got: list[tuple[float, int]] = []
-                ts = [threading.Thread(target=lambda c=c: got.append(api.read(*cases[c])))
-                      for c in members]
                 c0 = cpu_seconds(pid)
-                t = time.monotonic()
-                for th in ts:
-                    th.start()
-                for th in ts:
-                    th.join()
-                if len(got) != 2:
-                    raise RuntimeError(f"a parallel read failed ({pair})")
-                times[pair].append(time.monotonic() - t)
+                wall, n = read_pair(api, cases, members)
+                times[pair].append(wall)
                 cpus[pair].append(settled_cpu(c0))
-                sizes[pair] = sum(n for _, n in got)
+                sizes[pair] = n
             print(f"round {rnd + 1}: " + ", ".join(f"{k} {v[-1]:.3f} s" for k, v in times.items()), flush=True)
         print(f"\n| request ({args.leases} lock Leases, {args.leases} TerraformMachines, kube-apiserver "
               f"{KUBE_VERSION}) | median s | range s | server CPU s, median | bytes |")
