@@ -16,7 +16,10 @@
 //! files were re-blessed then, and checked to hold, family by family, the
 //! same lines as before; once more when the bucket became a function of
 //! the lock key (namespace, state suffix) instead of the labels, checked
-//! the same way (the same lines, 58 of them in another place).
+//! the same way (the same lines, 58 of them in another place). Since issue
+//! 44 a bucket is a range of a mixed hash of the lock key (as many buckets
+//! as the fleet needs, 16 here), names still ordered within it:
+//! re-blessed, the same lines, 32 of them in another place.
 //!
 //! Two values are not fixed by the index and are normalised before the
 //! comparison: `watch_last_success_timestamp_seconds` (wall clock of the

@@ -5,81 +5,55 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::families::{headers, shown, KEY_FAMILIES};
-use super::gzip::Piece;
-use super::store::{Snapshot, BUCKETS};
+use super::gzip::Chunk;
+use super::store::Snapshot;
 use super::Format;
 
-/// A scrape's answer: chunks of shared bytes (a plain body: per family its
-/// header and every bucket's lines; a gzip body: one gzip member).
-/// Cloning it shares the bytes.
+/// A scrape's answer: the chunks of a snapshot in one format, shared by
+/// every scrape of it (a plain body: per family its header and every
+/// bucket's lines, then the overview; a gzip body: the member's head),
+/// and the few chunks made for this scrape (the health part; for gzip,
+/// also the trailer). Cloning it shares the bytes.
 #[derive(Clone, Debug)]
 pub struct Body {
-    chunks: Arc<Vec<Chunk>>,
-}
-
-/// Bytes as they are, or compressed lines a plain body inflates as it is
-/// sent (a bucket kept compressed only).
-#[derive(Clone, Debug)]
-enum Chunk {
-    Plain(Bytes),
-    Deflated(Piece),
-}
-
-impl Chunk {
-    fn len(&self) -> usize {
-        match self {
-            Chunk::Plain(b) => b.len(),
-            Chunk::Deflated(p) => p.plain_len(),
-        }
-    }
+    shared: Arc<Vec<Chunk>>,
+    shared_len: usize,
+    tail: Arc<Vec<Bytes>>,
 }
 
 impl Body {
     /// The plain body of `snapshot` in `format`, ending with `health`.
     pub(super) fn plain(snapshot: &Snapshot, format: Format, health: Bytes) -> Body {
-        let mut chunks = Vec::with_capacity(KEY_FAMILIES.len() * (BUCKETS + 1) + 2);
-        for (f, (header, _)) in headers(format).iter().enumerate() {
-            if shown(f, snapshot.exposition) {
-                chunks.push(Chunk::Plain(header.clone()));
-                for bucket in &snapshot.buckets {
-                    chunks.push(match (&bucket.lines, bucket.gzip.get(f)) {
-                        (Some(lines), _) => Chunk::Plain(lines[f].clone()),
-                        (None, Some(piece)) => Chunk::Deflated(piece.clone()),
-                        (None, None) => Chunk::Plain(Bytes::new()),
-                    });
-                }
-            }
-        }
-        chunks.push(Chunk::Plain(snapshot.overview.clone()));
-        chunks.push(Chunk::Plain(health));
-        chunks.retain(|c| c.len() > 0);
+        let (shared, shared_len) = snapshot.plain(format);
         Body {
-            chunks: Arc::new(chunks),
+            shared,
+            shared_len,
+            tail: Arc::new(vec![health]),
         }
     }
 
     /// The same body gzip-compressed, from the snapshot's compressed
     /// buckets.
     pub(super) fn gzip(snapshot: &Snapshot, format: Format, health: &[u8]) -> Body {
-        let head = &snapshot.gzip_heads[format.slot()];
-        let chunks = head.member(health).into_iter().map(Chunk::Plain).collect();
+        let (shared, shared_len, tail) = snapshot.gzip_heads[format.slot()].member(health);
         Body {
-            chunks: Arc::new(chunks),
+            shared,
+            shared_len,
+            tail: Arc::new(tail),
         }
     }
 
     /// The bytes in order, as the server sends them: shared chunks.
     pub fn frames(&self) -> Frames {
         Frames {
-            chunks: self.chunks.clone(),
+            body: self.clone(),
             next: 0,
         }
     }
 
     /// The length in bytes.
     pub fn len(&self) -> usize {
-        self.chunks.iter().map(Chunk::len).sum()
+        self.shared_len + self.tail.iter().map(Bytes::len).sum::<usize>()
     }
 
     /// No bytes at all.
@@ -96,7 +70,7 @@ impl Body {
 /// The bytes of a [`Body`] in order; a compressed bucket is inflated when
 /// its turn comes, so a plain scrape holds one bucket's family at a time.
 pub struct Frames {
-    chunks: Arc<Vec<Chunk>>,
+    body: Body,
     next: usize,
 }
 
@@ -104,8 +78,13 @@ impl Iterator for Frames {
     type Item = Bytes;
 
     fn next(&mut self) -> Option<Bytes> {
-        let chunk = self.chunks.get(self.next)?;
-        self.next += 1;
+        let shared = self.body.shared.len();
+        let i = self.next;
+        self.next = self.next.saturating_add(1);
+        let chunk = match self.body.shared.get(i) {
+            Some(chunk) => chunk,
+            None => return self.body.tail.get(i.checked_sub(shared)?).cloned(),
+        };
         match chunk {
             Chunk::Plain(b) => Some(b.clone()),
             Chunk::Deflated(p) => match p.inflate() {
@@ -114,7 +93,7 @@ impl Iterator for Frames {
                     // Our own output, so a bug: the short body fails the
                     // scrape's Content-Length check rather than lying.
                     tracing::error!(error = %e, "a compressed bucket did not inflate");
-                    self.next = self.chunks.len();
+                    self.next = usize::MAX;
                     None
                 }
             },

@@ -1,6 +1,6 @@
 //! `/metrics`: metric families rendered from the index, lock key by lock
-//! key, as kube-state-metrics does it, kept in 16 buckets so that a change
-//! renders one again.
+//! key, as kube-state-metrics does it, kept in buckets of a few hundred
+//! keys so that a change renders one again, at any fleet size.
 //!
 //! Nothing here talks to the API server. Label sets are closed: classes,
 //! resources, reasons and results are fixed enums, and every value taken

@@ -1,6 +1,6 @@
 //! The newest snapshot, shared by every scrape: a scrape never renders the
 //! index's series and waits only for the very first snapshot. Nothing is
-//! rendered before the first scrape.
+//! rendered before the watches' first lists or the first scrape.
 //!
 //! [`ScrapeCache::refresh`], run beside the accept loop by the server's
 //! task, keeps it current: on every index change it renders and
@@ -26,9 +26,14 @@ use crate::shared::Shared;
 /// age series is rendered again this often).
 pub const AGES_EVERY: Duration = Duration::from_secs(1);
 
-/// How long a change waits for others before it is rendered, so that a
-/// burst (a relist, pod reads settling) costs one render, not one each.
+/// The least time between two renders, so that a burst of changes (a
+/// relist, pod reads settling) costs one render per this, not one each;
+/// a change after a quiet spell is rendered at once.
 pub const GATHER: Duration = Duration::from_millis(50);
+
+/// How often the refresher looks whether the watches have listed, before
+/// its first render.
+const READY_POLL: Duration = Duration::from_millis(20);
 
 /// Why a scrape got no body.
 #[derive(Debug, thiserror::Error)]
@@ -129,9 +134,16 @@ impl ScrapeCache {
         let mut store = Store::new(self.exposition);
         let mut ages = tokio::time::interval(AGES_EVERY);
         ages.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        while !self.wanted.load(Ordering::Acquire) {
-            self.wake.notified().await;
+        // The first render waits for the watches' first lists (or a scrape,
+        // whichever comes first), so that it is whole and the first scrape
+        // after ready finds it done.
+        while !self.wanted.load(Ordering::Acquire) && !self.shared.health.ready() {
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = tokio::time::sleep(READY_POLL) => {}
+            }
         }
+        let mut rendered: Option<tokio::time::Instant> = None;
         loop {
             let noted = match changes.lock() {
                 Ok(mut c) => c.take(),
@@ -151,13 +163,19 @@ impl ScrapeCache {
                 self.renders
                     .fetch_add(u64::from(done.buckets > 0), Ordering::Relaxed);
                 self.snapshot.send_replace(Some(Arc::new(snapshot)));
+                rendered = Some(tokio::time::Instant::now());
             }
             tokio::select! {
                 changed = generation.changed() => {
                     if changed.is_err() {
                         return;
                     }
-                    tokio::time::sleep(GATHER).await;
+                    // A change after a quiet spell renders at once; while
+                    // changes keep coming, one render per GATHER takes them
+                    // all.
+                    if let Some(at) = rendered {
+                        tokio::time::sleep_until(at + GATHER).await;
+                    }
                 }
                 () = self.wake.notified() => {}
                 _ = ages.tick(), if self.exposition.lock_age => {

@@ -1,40 +1,53 @@
-//! Every lock key's lines, kept per bucket and family: a lock key belongs
-//! to one of [`BUCKETS`] buckets by a fixed hash, and an index change
-//! renders and compresses again the buckets of the keys it names, whole.
-//! Scrapes share an immutable [`Snapshot`] of the buffers; a plain body is
-//! sent from them as they are, a gzip body from their compressed forms.
+//! Every lock key's lines, kept per bucket and family.
+//!
+//! A lock key's bucket is a range of its hash, and there are as many
+//! buckets as the fleet needs for about [`KEYS_PER_BUCKET`] keys each (a
+//! power of two, at least 16): a change renders and compresses again the
+//! buckets of the keys it names, a bounded number of keys at any fleet
+//! size. Each bucket remembers its keys, so an update reads the index for
+//! those alone. Each family lists its keys bucket by bucket, in name order
+//! within a bucket (neighbouring names compress well). Scrapes share an
+//! immutable [`Snapshot`]: a plain body is sent from the lines as they are,
+//! a gzip body from their compressed forms.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
 
 use super::families::{headers, shown, KEY_FAMILIES};
-use super::gzip::{Head, Piece};
+use super::gzip::{Chunk, Head, Piece};
 use super::render::{render_key, Ends, Shown};
 use super::{families, Exposition, Format};
 use crate::index::{Changes, LockKey};
 use crate::shared::Shared;
 
-/// Buckets of the body. A change renders and compresses one again, so
-/// more make a change cheaper and the gzip body larger (each bucket's
-/// lines are compressed without the history of the ones before).
-pub(super) const BUCKETS: usize = 16;
+/// Keys a bucket is sized for. A change renders one bucket again (1,000
+/// to 2,000 keys, a few milliseconds); smaller buckets make a change
+/// cheaper but the gzip body larger and a scrape's chunks more (each piece
+/// is compressed without the names before it; docs/decisions/flat-cost.md).
+pub(super) const KEYS_PER_BUCKET: usize = 2048;
 
-/// Most text kept plain. Past it (about 25k objects) a bucket keeps only
+/// The fewest buckets (as a power of two): small fleets keep 16.
+const MIN_BITS: u32 = 4;
+
+/// Most text kept plain. Past it (about 200k objects) a bucket keeps only
 /// its compressed form and a plain scrape inflates it while sending: at
-/// 100k objects the text is 61 MB, which kept plain takes the exporter to
-/// 221 MiB at rest against the chart's 256 MiB limit
-/// (docs/decisions/exposition-by-key.md).
-const PLAIN_KEPT_UP_TO: usize = 16 * 1024 * 1024;
+/// 100k objects the text is about 61 MB, kept plain so that a plain scrape
+/// costs what sending it does (docs/decisions/flat-cost.md).
+const PLAIN_KEPT_UP_TO: usize = 128 * 1024 * 1024;
 
 /// Keys rendered under one hold of the index's read lock: a writer waits
 /// for this many, never for a bucket.
 const KEYS_PER_READ: usize = 256;
 
-/// The bucket of a lock key: FNV-1a of (namespace, state suffix), fixed
-/// across runs and versions, so the body's order is too. A lock, its
-/// object and the object's counters share the key, hence the bucket.
-pub(super) fn bucket_of(key: &LockKey) -> usize {
+/// The hash of a lock key: FNV-1a of (namespace, state suffix), mixed
+/// (MurmurHash3's finaliser) so that its high bits, which pick the bucket,
+/// are spread. Fixed across runs and versions, so the body's order is too
+/// (for a number of buckets). A lock, its object and the object's counters
+/// share the key, hence the bucket.
+pub(super) fn key_hash(key: &LockKey) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for part in [key.namespace.as_str(), key.suffix.as_str()] {
         for b in part.bytes().chain(std::iter::once(0)) {
@@ -42,25 +55,92 @@ pub(super) fn bucket_of(key: &LockKey) -> usize {
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
     }
-    (h % BUCKETS as u64) as usize
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
-/// One bucket's lines of every family, compressed, and plain while the
-/// text is within [`PLAIN_KEPT_UP_TO`].
+/// The bucket of a key's hash among `1 << bits` (its top bits: each
+/// bucket is a range of hashes, in order).
+fn bucket_of(hash: u64, bits: u32) -> usize {
+    usize::try_from(hash >> (64 - bits)).unwrap_or(0)
+}
+
+/// The buckets (as a power of two) for `keys` keys at `per` a bucket.
+fn bits_for(keys: usize, per: usize) -> u32 {
+    let buckets = keys.div_ceil(per.max(1)).max(1).next_power_of_two();
+    buckets.trailing_zeros().max(MIN_BITS)
+}
+
+/// One bucket: its lines of every family, compressed, and plain while the
+/// text is within [`PLAIN_KEPT_UP_TO`]; and the keys they show.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Bucket {
     pub(super) lines: Option<Vec<Bytes>>,
     pub(super) gzip: Vec<Piece>,
+    keys: Keys,
+}
+
+/// A bucket's keys, packed in one allocation (namespace and suffix, each
+/// after its length), in body order.
+#[derive(Clone, Debug, Default)]
+struct Keys {
+    packed: Box<[u8]>,
+    count: usize,
+}
+
+impl Keys {
+    fn pack<'a>(keys: impl Iterator<Item = &'a LockKey>) -> Keys {
+        let mut packed = Vec::new();
+        let mut count = 0;
+        for key in keys {
+            for part in [&key.namespace, &key.suffix] {
+                packed.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                packed.extend_from_slice(part.as_bytes());
+            }
+            count += 1;
+        }
+        Keys {
+            packed: packed.into_boxed_slice(),
+            count,
+        }
+    }
+
+    fn unpack(&self, out: &mut Vec<LockKey>) {
+        let mut rest = &self.packed[..];
+        let mut part = || {
+            let (len, tail) = rest.split_first_chunk::<4>()?;
+            let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+            let (text, tail) = tail.split_at_checked(len)?;
+            rest = tail;
+            String::from_utf8(text.to_vec()).ok()
+        };
+        while let (Some(namespace), Some(suffix)) = (part(), part()) {
+            out.push(LockKey { namespace, suffix });
+        }
+    }
 }
 
 /// What a body is sent from; immutable, shared by the scrapes.
 #[derive(Clone, Debug)]
 pub(super) struct Snapshot {
-    pub(super) buckets: Vec<Bucket>,
-    pub(super) overview: Bytes,
-    pub(super) exposition: Exposition,
+    /// The buckets it was made from (tests look at them).
+    #[cfg(test)]
+    pub(super) buckets: Vec<Arc<Bucket>>,
+    /// Per format, the plain body but the health part, and its length.
+    plain: [(Arc<Vec<Chunk>>, usize); 2],
     /// Per format, what every gzip body of this snapshot starts with.
     pub(super) gzip_heads: [Head; 2],
+}
+
+impl Snapshot {
+    /// The chunks of the plain body in `format` but its health part, and
+    /// their length.
+    pub(super) fn plain(&self, format: Format) -> (Arc<Vec<Chunk>>, usize) {
+        self.plain[format.slot()].clone()
+    }
 }
 
 /// What one [`Store::update`] did.
@@ -75,22 +155,40 @@ pub(super) struct Updated {
 /// The lines of every key, kept current from the index's changes.
 #[derive(Debug)]
 pub(super) struct Store {
-    buckets: Vec<Bucket>,
+    buckets: Vec<Arc<Bucket>>,
+    /// There are `1 << bits` buckets.
+    bits: u32,
+    /// Keys in all buckets.
+    keys: usize,
+    per_bucket: usize,
     overview: Bytes,
     exposition: Exposition,
     pending: Changes,
     plain_limit: usize,
+    /// The number of buckets a whole render takes, as `bits` (tests: a
+    /// store rendered from scratch with as many buckets as another).
+    #[cfg(test)]
+    fixed_bits: Option<u32>,
+    /// Whether buckets rendered now keep their plain lines (the text was
+    /// within the limit at the last update).
+    keep_plain: bool,
 }
 
 impl Store {
     /// An empty store; its first update renders every key.
     pub(super) fn new(exposition: Exposition) -> Store {
         Store {
-            buckets: vec![Bucket::default(); BUCKETS],
+            buckets: Vec::new(),
+            bits: MIN_BITS,
+            keys: 0,
+            per_bucket: KEYS_PER_BUCKET,
             overview: Bytes::new(),
             exposition,
             pending: Changes::everything(),
             plain_limit: PLAIN_KEPT_UP_TO,
+            #[cfg(test)]
+            fixed_bits: None,
+            keep_plain: true,
         }
     }
 
@@ -99,6 +197,33 @@ impl Store {
     pub(super) fn with_plain_limit(mut self, limit: usize) -> Store {
         self.plain_limit = limit;
         self
+    }
+
+    /// The same with buckets sized for `per` keys (tests).
+    #[cfg(test)]
+    pub(super) fn with_keys_per_bucket(mut self, per: usize) -> Store {
+        self.per_bucket = per;
+        self
+    }
+
+    /// How many buckets there are (tests).
+    #[cfg(test)]
+    pub(super) fn bucket_count(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// The same with as many buckets as `other` has, whatever the keys
+    /// (tests: the body's order depends on the number of buckets).
+    #[cfg(test)]
+    pub(super) fn with_buckets_of(mut self, other: &Store) -> Store {
+        self.fixed_bits = Some(other.bits);
+        self
+    }
+
+    /// The bucket `key` is in now (tests).
+    #[cfg(test)]
+    pub(super) fn bucket_of(&self, key: &LockKey) -> usize {
+        bucket_of(key_hash(key), self.bits)
     }
 
     /// Notes keys whose series changed, for the next update.
@@ -112,39 +237,21 @@ impl Store {
     }
 
     /// Renders and compresses again, at `now`, every bucket holding a
-    /// noted key.
+    /// noted key; everything, in buckets sized anew, when everything was
+    /// noted or the fleet outgrew its buckets (or shrank well below).
     pub(super) fn update(&mut self, shared: &Shared, now: SystemTime) -> Updated {
         let changes = self.pending.take();
-        let mut touched = [changes.all(); BUCKETS];
-        for key in changes.keys() {
-            touched[bucket_of(key)] = true;
+        if changes.is_empty() {
+            return Updated::default();
         }
-        // The keys of the touched buckets, in one pass: a noted key the
-        // index no longer shows is not among them, so it leaves the body.
-        let mut keys: Vec<Vec<LockKey>> = vec![Vec::new(); BUCKETS];
-        let any = touched.contains(&true);
-        if any {
-            shared.read(|ix| {
-                ix.for_each_shown_key(|k| {
-                    let b = bucket_of(k);
-                    if touched[b] {
-                        keys[b].push(k.clone());
-                    }
-                });
-            });
-        }
-        let mut done = Updated::default();
-        for (b, keys) in keys.into_iter().enumerate() {
-            if touched[b] {
-                done.buckets += 1;
-                done.keys += keys.len();
-                let lines = render_bucket(shared, &keys, now, self.exposition);
-                let gzip = compress(&lines);
-                self.buckets[b] = Bucket {
-                    lines: Some(lines),
-                    gzip,
-                };
-            }
+        let mut done = match changes.all() {
+            true => self.render_all(shared, now),
+            false => self.render_noted(shared, &changes, now),
+        };
+        let buckets = self.per_bucket << self.bits;
+        let resize = self.keys > buckets * 2 || (self.bits > MIN_BITS && self.keys < buckets / 8);
+        if resize && !changes.all() {
+            done = self.render_all(shared, now);
         }
         let text: usize = self
             .buckets
@@ -152,72 +259,163 @@ impl Store {
             .flat_map(|b| &b.gzip)
             .map(Piece::plain_len)
             .sum();
-        if text > self.plain_limit {
-            self.buckets.iter_mut().for_each(|b| b.lines = None);
+        self.keep_plain = text <= self.plain_limit;
+        if !self.keep_plain {
+            for bucket in self.buckets.iter_mut().filter(|b| b.lines.is_some()) {
+                let mut compressed_only = Bucket::clone(bucket);
+                compressed_only.lines = None;
+                *bucket = Arc::new(compressed_only);
+            }
         }
-        if any {
-            let per_class = shared.read(|ix| ix.held_per_class());
-            self.overview = Bytes::from(families::overview(&per_class, crate::VERSION));
+        let per_class = shared.read(|ix| ix.held_per_class());
+        self.overview = Bytes::from(families::overview(&per_class, crate::VERSION));
+        done
+    }
+
+    /// Every shown key, in buckets sized for their number.
+    fn render_all(&mut self, shared: &Shared, now: SystemTime) -> Updated {
+        let mut all = Vec::new();
+        shared.read(|ix| ix.for_each_shown_key(|k| all.push((key_hash(k), k.clone()))));
+        self.bits = bits_for(all.len(), self.per_bucket);
+        #[cfg(test)]
+        if let Some(bits) = self.fixed_bits {
+            self.bits = bits;
+        }
+        let mut groups: Vec<Vec<LockKey>> = (0..1usize << self.bits).map(|_| Vec::new()).collect();
+        for (hash, key) in all {
+            groups[bucket_of(hash, self.bits)].push(key);
+        }
+        self.buckets.clear();
+        self.keys = 0;
+        let mut done = Updated::default();
+        for keys in groups {
+            let bucket = self.render_bucket(shared, &keys, now);
+            done.buckets += 1;
+            done.keys += keys.len();
+            self.keys += bucket.keys.count;
+            self.buckets.push(Arc::new(bucket));
         }
         done
+    }
+
+    /// The buckets of the noted keys: the keys each showed, and the noted
+    /// ones (a noted key the index no longer shows leaves the body).
+    fn render_noted(&mut self, shared: &Shared, changes: &Changes, now: SystemTime) -> Updated {
+        let mut noted: BTreeMap<usize, Vec<LockKey>> = BTreeMap::new();
+        for key in changes.keys() {
+            let b = bucket_of(key_hash(key), self.bits);
+            noted.entry(b).or_default().push(key.clone());
+        }
+        let mut done = Updated::default();
+        for (b, mut keys) in noted {
+            let Some(old) = self.buckets.get(b) else {
+                continue;
+            };
+            old.keys.unpack(&mut keys);
+            keys.sort_unstable();
+            keys.dedup();
+            let bucket = self.render_bucket(shared, &keys, now);
+            done.buckets += 1;
+            done.keys += keys.len();
+            self.keys = self.keys.saturating_sub(old.keys.count) + bucket.keys.count;
+            self.buckets[b] = Arc::new(bucket);
+        }
+        done
+    }
+
+    /// One bucket of `keys` (those the index shows), per family in body
+    /// order (namespace, kind, name, then the suffix to break ties).
+    fn render_bucket(&self, shared: &Shared, keys: &[LockKey], now: SystemTime) -> Bucket {
+        // Every key's lines go to one buffer, then are copied out family by
+        // family, in order, into another: two allocations a bucket, one freed
+        // whole, so that rendering leaves no holes among long-lived ones.
+        let mut buf = Vec::with_capacity(keys.len() * 640);
+        let mut placed: Vec<(Shown, &LockKey, usize, Ends)> = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(KEYS_PER_READ) {
+            shared.read(|ix| {
+                for key in chunk {
+                    let start = buf.len();
+                    if let Some((shown, ends)) = render_key(ix, key, now, self.exposition, &mut buf)
+                    {
+                        placed.push((shown, key, start, ends));
+                    }
+                }
+            });
+        }
+        placed.sort_unstable_by(|a, b| (&a.0, &a.1.suffix).cmp(&(&b.0, &b.1.suffix)));
+        let mut out = Vec::with_capacity(buf.len());
+        let mut ends = [0; KEY_FAMILIES.len()];
+        for (f, end) in ends.iter_mut().enumerate() {
+            for (.., start, key_ends) in &placed {
+                let from = if f == 0 { *start } else { key_ends[f - 1] };
+                out.extend_from_slice(&buf[from..key_ends[f]]);
+            }
+            *end = out.len();
+        }
+        let out = Bytes::from(out);
+        let starts = std::iter::once(0).chain(ends);
+        let lines: Vec<Bytes> = starts.zip(ends).map(|(s, e)| out.slice(s..e)).collect();
+        let gzip = compress(&lines);
+        let keys = Keys::pack(placed.iter().map(|p| p.1));
+        Bucket {
+            lines: self.keep_plain.then_some(lines),
+            gzip,
+            keys,
+        }
     }
 
     /// The lines as they are now, for scrapes to share.
     pub(super) fn snapshot(&self) -> Snapshot {
         let overview = Piece::stored(&self.overview, false);
         let head = |format| gzip_head(&self.buckets, &overview, self.exposition, format);
+        let plain = |format| plain_chunks(&self.buckets, &self.overview, self.exposition, format);
         Snapshot {
+            #[cfg(test)]
             buckets: self.buckets.clone(),
-            overview: self.overview.clone(),
-            exposition: self.exposition,
+            plain: [plain(Format::OpenMetrics), plain(Format::Prometheus)],
             gzip_heads: [head(Format::OpenMetrics), head(Format::Prometheus)],
         }
     }
 }
 
-/// Per family, the lines of `keys` in body order (namespace, kind, name,
-/// then the suffix to break ties).
-fn render_bucket(
-    shared: &Shared,
-    keys: &[LockKey],
-    now: SystemTime,
+/// Everything of a plain body in `format` but the health part: per shown
+/// family its header and every bucket's lines (or compressed lines), then
+/// the overview; and its length. Made once per snapshot.
+fn plain_chunks(
+    buckets: &[Arc<Bucket>],
+    overview: &Bytes,
     exposition: Exposition,
-) -> Vec<Bytes> {
-    // Every key's lines go to one buffer, then are copied out family by
-    // family, in order, into another: two allocations a bucket, one freed
-    // whole, so that rendering leaves no holes among long-lived ones.
-    let mut buf = Vec::with_capacity(keys.len() * 640);
-    let mut placed: Vec<(Shown, &str, usize, Ends)> = Vec::with_capacity(keys.len());
-    for chunk in keys.chunks(KEYS_PER_READ) {
-        shared.read(|ix| {
-            for key in chunk {
-                let start = buf.len();
-                if let Some((shown, ends)) = render_key(ix, key, now, exposition, &mut buf) {
-                    placed.push((shown, key.suffix.as_str(), start, ends));
-                }
+    format: Format,
+) -> (Arc<Vec<Chunk>>, usize) {
+    let mut chunks = Vec::with_capacity(KEY_FAMILIES.len() * (buckets.len() + 1) + 1);
+    for (f, (header, _)) in headers(format).iter().enumerate() {
+        if shown(f, exposition) {
+            chunks.push(Chunk::Plain(header.clone()));
+            for bucket in buckets {
+                chunks.push(match (&bucket.lines, bucket.gzip.get(f)) {
+                    (Some(lines), _) => Chunk::Plain(lines[f].clone()),
+                    (None, Some(piece)) => Chunk::Deflated(piece.clone()),
+                    (None, None) => Chunk::Plain(Bytes::new()),
+                });
             }
-        });
-    }
-    placed.sort_unstable_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-    let mut out = Vec::with_capacity(buf.len());
-    let mut ends = [0; KEY_FAMILIES.len()];
-    for (f, end) in ends.iter_mut().enumerate() {
-        for (_, _, start, key_ends) in &placed {
-            let from = if f == 0 { *start } else { key_ends[f - 1] };
-            out.extend_from_slice(&buf[from..key_ends[f]]);
         }
-        *end = out.len();
     }
-    let out = Bytes::from(out);
-    let starts = std::iter::once(0).chain(ends);
-    starts.zip(ends).map(|(s, e)| out.slice(s..e)).collect()
+    chunks.push(Chunk::Plain(overview.clone()));
+    chunks.retain(|c| c.len() > 0);
+    let len = chunks.iter().map(Chunk::len).sum();
+    (Arc::new(chunks), len)
 }
 
 /// Everything of a gzip body in `format` but the health part: per shown
 /// family its header and every bucket's compressed lines, then the
 /// overview. Made once per snapshot.
-fn gzip_head(buckets: &[Bucket], overview: &Piece, exposition: Exposition, format: Format) -> Head {
-    let mut pieces = Vec::with_capacity(KEY_FAMILIES.len() * (BUCKETS + 1) + 1);
+fn gzip_head(
+    buckets: &[Arc<Bucket>],
+    overview: &Piece,
+    exposition: Exposition,
+    format: Format,
+) -> Head {
+    let mut pieces = Vec::with_capacity(KEY_FAMILIES.len() * (buckets.len() + 1) + 1);
     for (f, (_, header)) in headers(format).iter().enumerate() {
         if shown(f, exposition) {
             pieces.push(header);
@@ -245,18 +443,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_bucket_of_a_key_is_fixed_and_spread() {
+    fn a_key_has_one_bucket_and_keys_reach_every_bucket() {
         let key = |ns: &str, suffix: &str| LockKey::new(ns, suffix);
-        // The hash is part of the body's order: it must not move.
-        assert_eq!(bucket_of(&key("ns", "a-m")), bucket_of(&key("ns", "a-m")));
-        let seen: std::collections::HashSet<usize> = (0..1000)
-            .map(|i| bucket_of(&key("ns", &format!("{i:016x}-m"))))
+        assert_eq!(key_hash(&key("ns", "a-m")), key_hash(&key("ns", "a-m")));
+        let keys: Vec<LockKey> = (0..4000)
+            .map(|i| key("ns", &format!("{i:016x}-m")))
             .collect();
-        assert_eq!(seen.len(), BUCKETS, "1000 keys reach every bucket");
+        for bits in [MIN_BITS, 6, 8] {
+            let seen: std::collections::HashSet<usize> =
+                keys.iter().map(|k| bucket_of(key_hash(k), bits)).collect();
+            assert_eq!(
+                seen.len(),
+                1 << bits,
+                "4000 keys reach all {} buckets",
+                1 << bits
+            );
+        }
         // The separator keeps ("ab", "c") and ("a", "bc") apart.
-        assert!((0..64).any(|i| {
-            let ns = format!("n{i}");
-            bucket_of(&key(&format!("{ns}a"), "b")) != bucket_of(&key(&ns, "ab"))
-        }));
+        assert_ne!(key_hash(&key("ab", "c")), key_hash(&key("a", "bc")));
+    }
+
+    #[test]
+    fn buckets_are_sized_for_the_keys() {
+        assert_eq!(bits_for(0, 256), MIN_BITS);
+        assert_eq!(bits_for(16 * 256, 256), MIN_BITS);
+        assert_eq!(bits_for(16 * 256 + 1, 256), MIN_BITS + 1);
+        assert_eq!(bits_for(100_000, 2048), 6);
+        assert_eq!(bits_for(1_000_000, 2048), 9);
+    }
+
+    #[test]
+    fn packed_keys_unpack_as_they_were() {
+        let keys = [
+            LockKey::new("ns", "0123456789abcdef-m"),
+            LockKey::new("", ""),
+            LockKey::new("é\0", "x"),
+        ];
+        let mut back = Vec::new();
+        Keys::pack(keys.iter()).unpack(&mut back);
+        assert_eq!(back, keys);
+        assert_eq!(Keys::pack(keys.iter()).count, 3);
     }
 }

@@ -8,7 +8,7 @@
 use std::io::Read as _;
 use std::time::{Duration, SystemTime};
 
-use super::store::{bucket_of, Store};
+use super::store::{Store, KEYS_PER_BUCKET};
 use super::{families, render_at, Body, Exposition, Format, ScrapeCache};
 use crate::core::kind::Kind;
 use crate::index::fixtures::random::{change, lease, names, object, Rng, KINDS, NS};
@@ -46,24 +46,34 @@ fn take(sink: &std::sync::Mutex<crate::index::Changes>) -> crate::index::Changes
 
 #[test]
 fn the_store_equals_a_render_from_scratch_after_every_change() {
-    for seed in 1..=4u64 {
+    for seed in 1..=6u64 {
         let (shared, _rx) = Shared::new();
         shared.write(|ix, _| ix.set_verdict_grace(Duration::from_secs(1)));
         let sink = shared.changes();
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let start = SystemTime::now();
-        // Odd seeds keep the text compressed only, as past 16 MiB.
+        // Odd seeds keep the text compressed only, as past the plain
+        // limit; seeds from 5 size buckets for one key each, so that the
+        // store regroups its buckets as the fleet grows and shrinks.
         let limit = if seed % 2 == 1 { 1 } else { usize::MAX };
-        let mut store = Store::new(Exposition::default()).with_plain_limit(limit);
+        let per = if seed > 4 { 1 } else { KEYS_PER_BUCKET };
+        let mut store = Store::new(Exposition::default())
+            .with_plain_limit(limit)
+            .with_keys_per_bucket(per);
+        let mut bucket_counts = std::collections::BTreeSet::new();
         for step in 0..400 {
             // Fixed render time per step, ahead of every write's clock.
             let at = start + Duration::from_secs(3600 + step);
             shared.write(|ix, now| change(&mut rng, ix, now, at));
             store.note(&take(&sink));
             store.update(&shared, at);
-            let whole = render_at(&shared, Format::OpenMetrics, at).expect("renders");
+            // From scratch with as many buckets (each family lists its
+            // keys bucket by bucket).
+            let mut fresh = Store::new(Exposition::default()).with_buckets_of(&store);
+            fresh.update(&shared, at);
+            let whole = body_of(&fresh, &shared);
             let a = body_of(&store, &shared);
-            let b = whole.as_bytes();
+            let b = &whole[..];
             assert!(
                 a == b,
                 "seed {seed}, step {step}: {}",
@@ -75,8 +85,29 @@ fn the_store_equals_a_render_from_scratch_after_every_change() {
             let read = flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut unzipped);
             assert!(read.is_ok(), "seed {seed}, step {step}: {read:?}");
             assert!(unzipped == b, "seed {seed}, step {step}: gzip");
-            let plain_kept = store.snapshot().buckets.iter().any(|b| b.lines.is_some());
-            assert_eq!(plain_kept, limit == usize::MAX, "seed {seed}, step {step}");
+            if store.bucket_count() == 16 {
+                let scratch = render_at(&shared, Format::OpenMetrics, at).expect("renders");
+                assert!(
+                    a == scratch.as_bytes(),
+                    "seed {seed}, step {step}: render_at"
+                );
+            }
+            let buckets = store.snapshot().buckets;
+            let plain_kept = buckets.iter().any(|b| b.lines.is_some());
+            let text = buckets
+                .iter()
+                .flat_map(|b| &b.gzip)
+                .any(|p| p.plain_len() > 0);
+            // With no line at all, nothing is over the limit.
+            let expected = limit == usize::MAX || !text;
+            assert_eq!(plain_kept, expected, "seed {seed}, step {step}");
+            bucket_counts.insert(store.bucket_count());
+        }
+        if per == 1 {
+            assert!(
+                bucket_counts.len() > 1,
+                "seed {seed}: never regrouped: {bucket_counts:?}"
+            );
         }
     }
 }
@@ -156,7 +187,9 @@ fn a_change_re_renders_its_bucket_alone() {
     };
     let mut in_bucket = 0;
     shared.read(|ix| {
-        ix.for_each_shown_key(|k| in_bucket += usize::from(bucket_of(k) == bucket_of(changed)));
+        ix.for_each_shown_key(|k| {
+            in_bucket += usize::from(store.bucket_of(k) == store.bucket_of(changed));
+        });
     });
     store.note(&changes);
     let done = store.update(&shared, now);
