@@ -23,11 +23,12 @@ use super::{families, Exposition, Format};
 use crate::index::{Changes, LockKey};
 use crate::shared::Shared;
 
-/// Keys a bucket is sized for. A change renders one bucket again (1,000
-/// to 2,000 keys, a few milliseconds); smaller buckets make a change
-/// cheaper but the gzip body larger and a scrape's chunks more (each piece
-/// is compressed without the names before it; docs/decisions/flat-cost.md).
-pub(super) const KEYS_PER_BUCKET: usize = 2048;
+/// Keys a bucket is sized for. A change renders one bucket again (500 to
+/// 1,000 keys, a few milliseconds); smaller buckets make a change cheaper
+/// but the gzip body larger and a scrape's chunks more (each piece is
+/// compressed without the names before it); larger ones slow the scrapes
+/// a change meets (docs/decisions/flat-cost.md).
+pub(super) const KEYS_PER_BUCKET: usize = 1024;
 
 /// The fewest buckets (as a power of two): small fleets keep 16.
 const MIN_BITS: u32 = 4;
@@ -468,8 +469,8 @@ mod tests {
         assert_eq!(bits_for(0, 256), MIN_BITS);
         assert_eq!(bits_for(16 * 256, 256), MIN_BITS);
         assert_eq!(bits_for(16 * 256 + 1, 256), MIN_BITS + 1);
-        assert_eq!(bits_for(100_000, 2048), 6);
-        assert_eq!(bits_for(1_000_000, 2048), 9);
+        assert_eq!(bits_for(100_000, 1024), 7);
+        assert_eq!(bits_for(1_000_000, 1024), 10);
     }
 
     #[test]
