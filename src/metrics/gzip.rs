@@ -32,21 +32,9 @@ pub(super) struct Piece {
 
 impl Piece {
     /// `plain` compressed, ended by a sync flush.
+    #[cfg(test)]
     pub(super) fn compressed(plain: &[u8]) -> std::io::Result<Piece> {
-        // zlib's bound for one call: the input, 5 bytes per 16 KiB stored
-        // block at worst, and the flush marker.
-        let mut out = Vec::with_capacity(plain.len() + plain.len() / 16_000 * 5 + 64);
-        let mut c = Compress::new(Compression::new(LEVEL), false);
-        c.compress_vec(plain, &mut out, FlushCompress::Sync)
-            .map_err(std::io::Error::other)?;
-        if c.total_in() != plain.len() as u64 || out.len() == out.capacity() {
-            return Err(std::io::Error::other(
-                "deflate did not take the whole input",
-            ));
-        }
-        // An exact copy: the bound's spare room is not kept for the life of
-        // the bucket.
-        Ok(Piece::new(Bytes::copy_from_slice(&out), plain))
+        Deflater::new().piece(plain)
     }
 
     /// `plain` as stored (uncompressed) blocks; `last` ends the stream.
@@ -97,6 +85,37 @@ impl Piece {
             shift: crc_shift(len),
             len,
         }
+    }
+}
+
+/// A DEFLATE compressor kept for many pieces: each piece starts from a
+/// reset one, so the compressor's state (hundreds of kilobytes) is
+/// allocated once, not once per piece.
+#[derive(Debug)]
+pub(super) struct Deflater(Compress);
+
+impl Deflater {
+    pub(super) fn new() -> Deflater {
+        Deflater(Compress::new(Compression::new(LEVEL), false))
+    }
+
+    /// `plain` compressed, ended by a sync flush, with nothing before it.
+    pub(super) fn piece(&mut self, plain: &[u8]) -> std::io::Result<Piece> {
+        let c = &mut self.0;
+        c.reset();
+        // zlib's bound for one call: the input, 5 bytes per 16 KiB stored
+        // block at worst, and the flush marker.
+        let mut out = Vec::with_capacity(plain.len() + plain.len() / 16_000 * 5 + 64);
+        c.compress_vec(plain, &mut out, FlushCompress::Sync)
+            .map_err(std::io::Error::other)?;
+        if c.total_in() != plain.len() as u64 || out.len() == out.capacity() {
+            return Err(std::io::Error::other(
+                "deflate did not take the whole input",
+            ));
+        }
+        // An exact copy: the bound's spare room is not kept for the life of
+        // the bucket.
+        Ok(Piece::new(Bytes::copy_from_slice(&out), plain))
     }
 }
 

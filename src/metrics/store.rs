@@ -17,7 +17,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 
 use super::families::{headers, shown, KEY_FAMILIES};
-use super::gzip::{Chunk, Head, Piece};
+use super::gzip::{Chunk, Deflater, Head, Piece};
 use super::render::{render_key, Ends, Shown};
 use super::{families, Exposition, Format};
 use crate::index::{Changes, LockKey};
@@ -166,6 +166,7 @@ pub(super) struct Store {
     exposition: Exposition,
     pending: Changes,
     plain_limit: usize,
+    deflater: Deflater,
     /// The number of buckets a whole render takes, as `bits` (tests: a
     /// store rendered from scratch with as many buckets as another).
     #[cfg(test)]
@@ -187,6 +188,7 @@ impl Store {
             exposition,
             pending: Changes::everything(),
             plain_limit: PLAIN_KEPT_UP_TO,
+            deflater: Deflater::new(),
             #[cfg(test)]
             fixed_bits: None,
             keep_plain: true,
@@ -313,12 +315,13 @@ impl Store {
                 continue;
             };
             old.keys.unpack(&mut keys);
+            let old_count = old.keys.count;
             keys.sort_unstable();
             keys.dedup();
             let bucket = self.render_bucket(shared, &keys, now);
             done.buckets += 1;
             done.keys += keys.len();
-            self.keys = self.keys.saturating_sub(old.keys.count) + bucket.keys.count;
+            self.keys = self.keys.saturating_sub(old_count) + bucket.keys.count;
             self.buckets[b] = Arc::new(bucket);
         }
         done
@@ -326,7 +329,7 @@ impl Store {
 
     /// One bucket of `keys` (those the index shows), per family in body
     /// order (namespace, kind, name, then the suffix to break ties).
-    fn render_bucket(&self, shared: &Shared, keys: &[LockKey], now: SystemTime) -> Bucket {
+    fn render_bucket(&mut self, shared: &Shared, keys: &[LockKey], now: SystemTime) -> Bucket {
         // Every key's lines go to one buffer, then are copied out family by
         // family, in order, into another: two allocations a bucket, one freed
         // whole, so that rendering leaves no holes among long-lived ones.
@@ -356,7 +359,7 @@ impl Store {
         let out = Bytes::from(out);
         let starts = std::iter::once(0).chain(ends);
         let lines: Vec<Bytes> = starts.zip(ends).map(|(s, e)| out.slice(s..e)).collect();
-        let gzip = compress(&lines);
+        let gzip = compress(&mut self.deflater, &lines);
         let keys = Keys::pack(placed.iter().map(|p| p.1));
         Bucket {
             lines: self.keep_plain.then_some(lines),
@@ -429,14 +432,14 @@ fn gzip_head(
 
 /// A bucket's lines compressed per family (stored as they are if the
 /// compressor fails, which costs size, not the scrape).
-fn compress(lines: &[Bytes]) -> Vec<Piece> {
-    let piece = |l: &Bytes| {
-        Piece::compressed(l).unwrap_or_else(|e| {
+fn compress(deflater: &mut Deflater, lines: &[Bytes]) -> Vec<Piece> {
+    let mut piece = |l: &Bytes| {
+        deflater.piece(l).unwrap_or_else(|e| {
             tracing::error!(error = %e, "compressing the exposition failed; sent stored");
             Piece::stored(l, false)
         })
     };
-    lines.iter().map(piece).collect()
+    lines.iter().map(&mut piece).collect()
 }
 
 #[cfg(test)]
