@@ -58,3 +58,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def exporter_env() -> dict[str, str]:
+    """This environment without what would point an exporter elsewhere: in-cluster settings, its
+    own flag fallbacks, a kubeconfig, a log filter."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
+
+
+def write_fake_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig for the fake API at ``server`` (plain HTTP, no credentials)."""
+    path.write_text("apiVersion: v1\nkind: Config\n"
+                    f"clusters:\n- name: fake\n  cluster:\n    server: {server}\n"
+                    "users:\n- name: anonymous\n  user: {}\n"
+                    "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: anonymous\n"
+                    "current-context: fake\n")
+    return path

@@ -44,7 +44,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the shared procs module
-from procs import free_port, start, stop, stop_all  # noqa: E402
+from procs import exporter_env, free_port, start, stop, stop_all, write_fake_kubeconfig  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_report import details, figures, fleet_label, table  # noqa: E402
@@ -439,17 +439,11 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
             base_stats = json.loads(await r.read())
 
         kubeconfig = workdir / f"kubeconfig-{n}"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters:\n- name: fake\n  cluster:\n    server: {api}\n"
-            "users:\n- name: anonymous\n  user: {}\n"
-            "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: anonymous\n"
-            "current-context: fake\n")
+        write_fake_kubeconfig(kubeconfig, api)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         metrics_url = base + "/metrics"
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
+        env = exporter_env()
         ex_log = workdir / f"exporter-{tag}.log"
         t_start = time.perf_counter()
         res["pod_read_rate"] = mode.pod_read_rate or None  # None: the exporter's default

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the shared procs module
-from procs import free_port, start, stop, stop_all  # noqa: E402
+from procs import exporter_env, free_port, start, stop, stop_all  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -1012,8 +1012,7 @@ def main() -> int:
 
         # ---- the exporter ----
         port = free_port()
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
+        env = exporter_env()
         def launch_exporter() -> subprocess.Popen:
             return start([str(exporter_bin), "--kubeconfig", str(exp_kc), "--listen-address", f"127.0.0.1:{port}",
                           "--plain-http", "--auth=none", "--log-format", "json", "--log-level", "info"],

@@ -32,7 +32,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from procs import free_port, start, stop, stop_all  # noqa: E402
+from procs import exporter_env, free_port, start, stop, stop_all, write_fake_kubeconfig  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import GZIP, PLAIN, wait_for  # noqa: E402
@@ -59,15 +59,10 @@ async def run(args) -> dict[str, tuple[float, float]]:
         async with session.get(api + "/_info") as r:
             held = json.loads(await r.read())["held"]
         kc = wd / "kubeconfig"
-        kc.write_text("apiVersion: v1\nkind: Config\n"
-                      f"clusters:\n- name: f\n  cluster:\n    server: {api}\n"
-                      "users:\n- name: a\n  user: {}\n"
-                      "contexts:\n- name: f\n  context:\n    cluster: f\n    user: a\n"
-                      "current-context: f\n")
+        write_fake_kubeconfig(kc, api)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
+        env = exporter_env()
         t0 = time.monotonic()
         perf = start(["perf", "record", "-k", "CLOCK_MONOTONIC", "-F", str(args.freq), "-g",
                       "-o", str(wd / "perf.data"), "--",

@@ -74,7 +74,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent), str(ROOT / "tests")]
 
 import ksm_compare as kc  # noqa: E402
 import stream_cost as sc  # noqa: E402
-from procs import free_port, start, stop, stop_all  # noqa: E402
+from procs import exporter_env, free_port, start, stop, stop_all  # noqa: E402
 
 
 def log(*a: object) -> None:
@@ -427,8 +427,7 @@ def main() -> int:
                                  "mtime": dt.datetime.fromtimestamp(Path(path).stat().st_mtime,
                                                                     dt.timezone.utc).isoformat(),
                                  "version": version, "starts": []}
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
+    env = exporter_env()
     tls = ssl.create_default_context()
     tls.check_hostname = False
     tls.verify_mode = ssl.CERT_NONE  # the exporter's self-signed certificate, as the kubelet's probes

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import ssl
 import sys
@@ -35,7 +34,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the shared procs module
-from procs import free_port, start, stop_all  # noqa: E402
+from procs import exporter_env, free_port, start, stop_all, write_fake_kubeconfig  # noqa: E402
 
 
 def rss_kib(pid: int) -> int:
@@ -157,16 +156,10 @@ def main() -> int:
         wait_for(lambda: urllib.request.urlopen(f"http://127.0.0.1:{api_port}/_stats", timeout=2).status == 200,
                  600, "the fake API")
         kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{api_port}\n"
-            "users:\n- name: anonymous\n  user: {}\n"
-            "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: anonymous\n"
-            "current-context: fake\n")
+        write_fake_kubeconfig(kubeconfig, f"http://127.0.0.1:{api_port}")
         port = free_port()
         endpoint = [] if args.legacy else ["--auth=none"] if args.tls else ["--plain-http", "--auth=none"]
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
+        env = exporter_env()
         exporter = start([args.exporter, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
                           *endpoint, "--log-level", "warn"], workdir / "exporter.log", env=env)
         scheme = "https" if args.tls else "http"

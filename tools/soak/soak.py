@@ -58,7 +58,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the shared procs module
-from procs import free_port, start, stop, stop_all  # noqa: E402
+from procs import exporter_env, free_port, start, stop, stop_all, write_fake_kubeconfig  # noqa: E402
 
 PROM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
@@ -452,16 +452,10 @@ async def run(args, workdir: Path) -> int:
         await wait_for(api_up, 300, "the fake API to listen")
 
         kubeconfig = workdir / "kubeconfig"
-        kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters:\n- name: fake\n  cluster:\n    server: {api}\n"
-            "users:\n- name: anonymous\n  user: {}\n"
-            "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: anonymous\n"
-            "current-context: fake\n")
+        write_fake_kubeconfig(kubeconfig, api)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("KUBERNETES_", "CAPTF_LOCK_EXPORTER_")) and k not in ("KUBECONFIG", "RUST_LOG")}
+        env = exporter_env()
         ex_log = workdir / "exporter.log"
         # --watch-timeout 30s: watches restart every 30-60 s, as the soak has always exercised them
         # (the default is client-go's 5-10 min)
