@@ -39,6 +39,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import zlib
 from pathlib import Path
 
 import aiohttp
@@ -308,6 +309,9 @@ async def change_latency(session, api, metrics_url, path: str, key: str, before,
             raise RuntimeError(f"POST {path}?{key}: {r.status} {await r.text()}")
     deadline = t0 + deadline_s
     pending: list[tuple[float, asyncio.Future]] = []
+    # The CRC-32 of the body before the change but its last UNCHANGED_TAIL bytes (zlib.crc32
+    # releases the GIL; slicing 61 MB to compare would copy it and hold the GIL meanwhile).
+    prev_crc = [zlib.crc32(memoryview(raw)[:-UNCHANGED_TAIL])]
 
     async def first_shown() -> float | None:
         """The end time of the oldest checked scrape if it shows the change (None if not, or
@@ -323,16 +327,14 @@ async def change_latency(session, api, metrics_url, path: str, key: str, before,
             _, body, hdrs = await timed_get(session, metrics_url, headers)
             end = time.perf_counter()
 
-            def check(b=body, h=hdrs, prev=raw) -> bool:
-                # A body equal to the one before it but for its last 64 KiB (the health part,
-                # which moves with every watch event, ends the body) shows what that one showed:
-                # not the change, or the search would have stopped. Only a body whose series
-                # moved is decompressed and searched.
-                if len(b) > UNCHANGED_TAIL and b[:-UNCHANGED_TAIL] == prev[:-UNCHANGED_TAIL]:
+            def check(b=body, h=hdrs) -> bool:
+                # A body equal to the one before the change but for its last 64 KiB (the health
+                # part, which moves with every watch event, ends the body) does not show it. Only
+                # a body whose series moved is decompressed and searched.
+                if len(b) > UNCHANGED_TAIL and zlib.crc32(memoryview(b)[:-UNCHANGED_TAIL]) == prev_crc[0]:
                     return False
                 return bool(done(decoded(b, h)))
             pending.append((end, asyncio.ensure_future(asyncio.to_thread(check))))
-            raw = body
             del body
             if len(pending) >= 2:
                 await asyncio.wait([pending[0][1]])
