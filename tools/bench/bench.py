@@ -313,7 +313,7 @@ async def change_latency(session, api, metrics_url, path: str, key: str, before,
     # releases the GIL; slicing 61 MB to compare would copy it and hold the GIL meanwhile).
     prev_crc = [zlib.crc32(memoryview(raw)[:-UNCHANGED_TAIL])]
 
-    async def first_shown() -> float | None:
+    def first_shown() -> float | None:
         """The end time of the oldest checked scrape if it shows the change (None if not, or
         while it is being checked)."""
         while pending and pending[0][1].done():
@@ -338,12 +338,12 @@ async def change_latency(session, api, metrics_url, path: str, key: str, before,
             del body
             if len(pending) >= 2:
                 await asyncio.wait([pending[0][1]])
-            shown = await first_shown()
+            shown = first_shown()
             if shown is not None:
                 return shown - t0
         while pending:
             await asyncio.wait([pending[0][1]])
-            shown = await first_shown()
+            shown = first_shown()
             if shown is not None:
                 return shown - t0
     finally:
