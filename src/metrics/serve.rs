@@ -17,7 +17,7 @@ use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
 use super::body::Body;
-use super::store::{Snapshot, Store};
+use super::store::{Sizing, Snapshot, Store};
 use super::{families, Exposition, Format};
 use crate::index::Changes;
 use crate::shared::Shared;
@@ -131,7 +131,7 @@ impl ScrapeCache {
     pub async fn refresh(self: Arc<Self>) {
         let mut generation = self.shared.subscribe();
         let changes = self.shared.changes();
-        let mut store = Store::new(self.exposition);
+        let mut store = Store::new(self.exposition, Sizing::default());
         let mut ages = tokio::time::interval(AGES_EVERY);
         ages.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first render waits for the watches' first lists (or a scrape,

@@ -11,12 +11,13 @@
 //! a gzip body from their compressed forms.
 
 use std::collections::BTreeMap;
+use std::hash::{BuildHasher as _, RandomState};
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
 
-use super::families::{headers, shown, KEY_FAMILIES};
+use super::families::{headers, KEY_FAMILIES};
 use super::gzip::{Chunk, Deflater, Head, Piece};
 use super::render::{render_key, Ends, Shown};
 use super::{families, Exposition, Format};
@@ -43,12 +44,32 @@ const PLAIN_KEPT_UP_TO: usize = 128 * 1024 * 1024;
 /// for this many, never for a bucket.
 const KEYS_PER_READ: usize = 256;
 
-/// The hash of a lock key: FNV-1a of (namespace, state suffix), mixed
-/// (MurmurHash3's finaliser) so that its high bits, which pick the bucket,
-/// are spread. Fixed across runs and versions, so the body's order is too
-/// (for a number of buckets). A lock, its object and the object's counters
-/// share the key, hence the bucket.
-pub(super) fn key_hash(key: &LockKey) -> u64 {
+/// How lock keys are spread over buckets.
+#[derive(Clone, Debug)]
+pub(super) enum KeyHash {
+    /// SipHash-1-3 under a key drawn when the process starts: whoever
+    /// names Leases cannot choose names that crowd one bucket (every
+    /// change in a bucket renders all of it again).
+    Keyed(RandomState),
+    /// The same function in every run and build (FNV-1a, mixed): a body
+    /// in a known order, for tests and goldens.
+    Fixed,
+}
+
+impl KeyHash {
+    /// The hash of a lock key. A lock, its object and the object's
+    /// counters share the key, hence the bucket.
+    pub(super) fn of(&self, key: &LockKey) -> u64 {
+        match self {
+            KeyHash::Keyed(state) => state.hash_one((&key.namespace, &key.suffix)),
+            KeyHash::Fixed => fixed_hash(key),
+        }
+    }
+}
+
+/// FNV-1a of (namespace, state suffix), mixed (MurmurHash3's finaliser)
+/// so that its high bits, which pick the bucket, are spread.
+fn fixed_hash(key: &LockKey) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for part in [key.namespace.as_str(), key.suffix.as_str()] {
         for b in part.bytes().chain(std::iter::once(0)) {
@@ -63,9 +84,44 @@ pub(super) fn key_hash(key: &LockKey) -> u64 {
     h ^ (h >> 33)
 }
 
+/// How a store is sized and keyed: the production values by default;
+/// tests pass others in.
+#[derive(Clone, Debug)]
+pub(super) struct Sizing {
+    /// Keys a bucket is sized for.
+    pub(super) keys_per_bucket: usize,
+    /// Most text kept plain.
+    pub(super) plain_limit: usize,
+    /// As many buckets as this (as a power of two) whatever the keys: a
+    /// store compared with another must group keys alike.
+    pub(super) fixed_bits: Option<u32>,
+    pub(super) hash: KeyHash,
+}
+
+impl Default for Sizing {
+    fn default() -> Sizing {
+        Sizing {
+            keys_per_bucket: KEYS_PER_BUCKET,
+            plain_limit: PLAIN_KEPT_UP_TO,
+            fixed_bits: None,
+            hash: KeyHash::Keyed(RandomState::new()),
+        }
+    }
+}
+
+impl Sizing {
+    /// The production sizes with the fixed hash: a body in a known order.
+    pub(super) fn fixed() -> Sizing {
+        Sizing {
+            hash: KeyHash::Fixed,
+            ..Sizing::default()
+        }
+    }
+}
+
 /// The bucket of a key's hash among `1 << bits` (its top bits: each
 /// bucket is a range of hashes, in order).
-fn bucket_of(hash: u64, bits: u32) -> usize {
+pub(super) fn bucket_of(hash: u64, bits: u32) -> usize {
     usize::try_from(hash >> (64 - bits)).unwrap_or(0)
 }
 
@@ -159,16 +215,11 @@ pub(super) struct Store {
     buckets: Vec<Arc<Bucket>>,
     /// There are `1 << bits` buckets.
     bits: u32,
-    per_bucket: usize,
+    sizing: Sizing,
     overview: Bytes,
     exposition: Exposition,
     pending: Changes,
-    plain_limit: usize,
     deflater: Deflater,
-    /// The number of buckets a whole render takes, as `bits` (tests: a
-    /// store rendered from scratch with as many buckets as another).
-    #[cfg(test)]
-    fixed_bits: Option<u32>,
     /// Whether buckets rendered now keep their plain lines (the text was
     /// within the limit at the last update).
     keep_plain: bool,
@@ -176,34 +227,17 @@ pub(super) struct Store {
 
 impl Store {
     /// An empty store; its first update renders every key.
-    pub(super) fn new(exposition: Exposition) -> Store {
+    pub(super) fn new(exposition: Exposition, sizing: Sizing) -> Store {
         Store {
             buckets: Vec::new(),
-            bits: MIN_BITS,
-            per_bucket: KEYS_PER_BUCKET,
+            bits: sizing.fixed_bits.unwrap_or(MIN_BITS),
+            sizing,
             overview: Bytes::new(),
             exposition,
             pending: Changes::everything(),
-            plain_limit: PLAIN_KEPT_UP_TO,
             deflater: Deflater::new(),
-            #[cfg(test)]
-            fixed_bits: None,
             keep_plain: true,
         }
-    }
-
-    /// The same with another limit of the text kept plain (tests).
-    #[cfg(test)]
-    pub(super) fn with_plain_limit(mut self, limit: usize) -> Store {
-        self.plain_limit = limit;
-        self
-    }
-
-    /// The same with buckets sized for `per` keys (tests).
-    #[cfg(test)]
-    pub(super) fn with_keys_per_bucket(mut self, per: usize) -> Store {
-        self.per_bucket = per;
-        self
     }
 
     /// How many buckets there are (tests).
@@ -212,18 +246,15 @@ impl Store {
         self.buckets.len()
     }
 
-    /// The same with as many buckets as `other` has, whatever the keys
-    /// (tests: the body's order depends on the number of buckets).
+    /// The buckets, as a power of two (tests).
     #[cfg(test)]
-    pub(super) fn with_buckets_of(mut self, other: &Store) -> Store {
-        self.fixed_bits = Some(other.bits);
-        self
+    pub(super) fn bits(&self) -> u32 {
+        self.bits
     }
 
-    /// The bucket `key` is in now (tests).
-    #[cfg(test)]
+    /// The bucket `key` is in now.
     pub(super) fn bucket_of(&self, key: &LockKey) -> usize {
-        bucket_of(key_hash(key), self.bits)
+        bucket_of(self.sizing.hash.of(key), self.bits)
     }
 
     /// Notes keys whose series changed, for the next update.
@@ -248,9 +279,10 @@ impl Store {
             true => self.render_all(shared, now),
             false => self.render_noted(shared, &changes, now),
         };
-        let buckets = self.per_bucket << self.bits;
+        let buckets = self.sizing.keys_per_bucket << self.bits;
         let keys: usize = self.buckets.iter().map(|b| b.keys.count).sum();
-        let resize = keys > buckets * 2 || (self.bits > MIN_BITS && keys < buckets / 8);
+        let resize = self.sizing.fixed_bits.is_none()
+            && (keys > buckets * 2 || (self.bits > MIN_BITS && keys < buckets / 8));
         if resize && !changes.all() {
             done = self.render_all(shared, now);
         }
@@ -260,7 +292,7 @@ impl Store {
             .flat_map(|b| &b.gzip)
             .map(Piece::plain_len)
             .sum();
-        self.keep_plain = text <= self.plain_limit;
+        self.keep_plain = text <= self.sizing.plain_limit;
         if !self.keep_plain {
             for bucket in self.buckets.iter_mut().filter(|b| b.lines.is_some()) {
                 let mut compressed_only = Bucket::clone(bucket);
@@ -273,18 +305,36 @@ impl Store {
         done
     }
 
-    /// Every shown key, in buckets sized for their number.
+    /// Every shown key, in buckets sized for the number that render lines
+    /// (without idle objects, far fewer than the index shows).
     fn render_all(&mut self, shared: &Shared, now: SystemTime) -> Updated {
         let mut all = Vec::new();
-        shared.read(|ix| ix.for_each_shown_key(|k| all.push((key_hash(k), k.clone()))));
-        self.bits = bits_for(all.len(), self.per_bucket);
-        #[cfg(test)]
-        if let Some(bits) = self.fixed_bits {
-            self.bits = bits;
+        shared.read(|ix| ix.for_each_shown_key(|k| all.push(k.clone())));
+        let mut done = self.regroup(shared, all, now);
+        let rendered: usize = self.buckets.iter().map(|b| b.keys.count).sum();
+        let fits = bits_for(rendered, self.sizing.keys_per_bucket);
+        if self.sizing.fixed_bits.is_none() && fits < self.bits {
+            // Sized for every key, most of which rendered nothing: sized
+            // again for those that did, or every later update would find
+            // the buckets too many and render everything again.
+            let mut keys = Vec::with_capacity(rendered);
+            for bucket in &self.buckets {
+                bucket.keys.unpack(&mut keys);
+            }
+            let again = self.regroup(shared, keys, now);
+            done.buckets += again.buckets;
+            done.keys += again.keys;
         }
+        done
+    }
+
+    /// `keys` in buckets sized for their number.
+    fn regroup(&mut self, shared: &Shared, keys: Vec<LockKey>, now: SystemTime) -> Updated {
+        let bits = bits_for(keys.len(), self.sizing.keys_per_bucket);
+        self.bits = self.sizing.fixed_bits.unwrap_or(bits);
         let mut groups: Vec<Vec<LockKey>> = (0..1usize << self.bits).map(|_| Vec::new()).collect();
-        for (hash, key) in all {
-            groups[bucket_of(hash, self.bits)].push(key);
+        for key in keys {
+            groups[bucket_of(self.sizing.hash.of(&key), self.bits)].push(key);
         }
         self.buckets.clear();
         let mut done = Updated::default();
@@ -302,7 +352,7 @@ impl Store {
     fn render_noted(&mut self, shared: &Shared, changes: &Changes, now: SystemTime) -> Updated {
         let mut noted: BTreeMap<usize, Vec<LockKey>> = BTreeMap::new();
         for key in changes.keys() {
-            let b = bucket_of(key_hash(key), self.bits);
+            let b = self.bucket_of(key);
             noted.entry(b).or_default().push(key.clone());
         }
         let mut done = Updated::default();
@@ -387,7 +437,7 @@ fn plain_chunks(
 ) -> (Arc<Vec<Chunk>>, usize) {
     let mut chunks = Vec::with_capacity(KEY_FAMILIES.len() * (buckets.len() + 1) + 1);
     for (f, (header, _)) in headers(format).iter().enumerate() {
-        if shown(f, exposition) {
+        if KEY_FAMILIES[f].shown(exposition) {
             chunks.push(Chunk::Plain(header.clone()));
             for bucket in buckets {
                 chunks.push(match (&bucket.lines, bucket.gzip.get(f)) {
@@ -415,7 +465,7 @@ fn gzip_head(
 ) -> Head {
     let mut pieces = Vec::with_capacity(KEY_FAMILIES.len() * (buckets.len() + 1) + 1);
     for (f, (_, header)) in headers(format).iter().enumerate() {
-        if shown(f, exposition) {
+        if KEY_FAMILIES[f].shown(exposition) {
             pieces.push(header);
             pieces.extend(buckets.iter().filter_map(|b| b.gzip.get(f)));
         }
@@ -447,8 +497,10 @@ mod tests {
             .map(|i| key("ns", &format!("{i:016x}-m")))
             .collect();
         for bits in [MIN_BITS, 6, 8] {
-            let seen: std::collections::HashSet<usize> =
-                keys.iter().map(|k| bucket_of(key_hash(k), bits)).collect();
+            let seen: std::collections::HashSet<usize> = keys
+                .iter()
+                .map(|k| bucket_of(fixed_hash(k), bits))
+                .collect();
             assert_eq!(
                 seen.len(),
                 1 << bits,
@@ -457,7 +509,9 @@ mod tests {
             );
         }
         // The separator keeps ("ab", "c") and ("a", "bc") apart.
-        assert_ne!(key_hash(&key("ab", "c")), key_hash(&key("a", "bc")));
+        assert_ne!(fixed_hash(&key("ab", "c")), fixed_hash(&key("a", "bc")));
+        let keyed = KeyHash::Keyed(RandomState::new());
+        assert_ne!(keyed.of(&key("ab", "c")), keyed.of(&key("a", "bc")));
     }
 
     #[test]
