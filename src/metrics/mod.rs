@@ -15,8 +15,10 @@
 //! the end of every body.
 
 mod body;
+mod buckets;
 mod families;
 mod gzip;
+mod key_families;
 mod render;
 mod serve;
 mod store;
@@ -88,7 +90,7 @@ pub fn render_with(
     exposition: Exposition,
 ) -> Result<String, std::fmt::Error> {
     let mut store = store::Store::new(exposition, store::Sizing::fixed());
-    store.update(shared, now);
+    store.update(shared, &shared.changes(), now);
     let health = families::health(&shared.health, format)?;
     let body = Body::plain(&store.snapshot(), format, health.into());
     String::from_utf8(body.to_bytes().to_vec()).map_err(|_| std::fmt::Error)

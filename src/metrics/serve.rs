@@ -151,11 +151,11 @@ impl ScrapeCache {
             };
             store.note(&noted);
             if !store.is_current() {
-                let shared = self.shared.clone();
+                let (shared, sink) = (self.shared.clone(), changes.clone());
                 let (done, snapshot);
                 (store, done, snapshot) = blocking(move || {
                     let mut store = store;
-                    let done = store.update(&shared, SystemTime::now());
+                    let done = store.update(&shared, &sink, SystemTime::now());
                     let snapshot = store.snapshot();
                     (store, done, snapshot)
                 })

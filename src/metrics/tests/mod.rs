@@ -12,9 +12,10 @@ mod families;
 use std::io::Read as _;
 use std::time::{Duration, SystemTime};
 
+use super::buckets::{bucket_of, KeyHash, KEYS_PER_BUCKET};
 use super::families::{headers, KEY_FAMILIES};
 use super::render::render_key;
-use super::store::{bucket_of, KeyHash, Sizing, Store, KEYS_PER_BUCKET};
+use super::store::{Sizing, Store};
 use super::{families as fam, render_at, Body, Exposition, Format, ScrapeCache};
 use crate::core::kind::Kind;
 use crate::index::fixtures::random::{change, lease, names, object, Rng, KINDS, NS};
@@ -126,7 +127,7 @@ fn the_store_equals_an_independent_render_after_every_change() {
             let at = start + Duration::from_secs(3600 + step);
             shared.write(|ix, now| change(&mut rng, ix, now, at));
             store.note(&take(&sink));
-            store.update(&shared, at);
+            store.update(&shared, &sink, at);
             let whole = reference(&shared, exposition, &hash, store.bits(), at);
             let a = body_of(&store, &shared);
             let b = &whole[..];
@@ -202,7 +203,7 @@ fn buckets_are_sized_for_the_keys_that_render() {
     let hash = sizing.hash.clone();
     let mut store = Store::new(Exposition::default(), sizing);
     store.note(&take(&sink));
-    store.update(&shared, now);
+    store.update(&shared, &sink, now);
     assert_eq!(store.bucket_count(), 16, "sized for at most 10 keys");
     let a = body_of(&store, &shared);
     let b = reference(&shared, Exposition::default(), &hash, store.bits(), now);
@@ -211,7 +212,7 @@ fn buckets_are_sized_for_the_keys_that_render() {
     let (key, l) = lease(&mut rng, "ns-a", Kind::TerraformMachine, "m3");
     shared.write(|ix, now| ix.apply(key, l, now));
     store.note(&take(&sink));
-    assert_eq!(store.update(&shared, now).buckets, 1);
+    assert_eq!(store.update(&shared, &sink, now).buckets, 1);
 }
 
 /// Every series of a body that appears more than once: a sample line's
@@ -248,7 +249,7 @@ fn label_sets_are_unique_per_family_after_every_change() {
             let at = start + Duration::from_secs(3600 + step);
             shared.write(|ix, now| change(&mut rng, ix, now, at));
             store.note(&take(&sink));
-            store.update(&shared, at);
+            store.update(&shared, &sink, at);
             for format in [Format::OpenMetrics, Format::Prometheus] {
                 let health = fam::health(&shared.health, format).expect("renders");
                 let body = Body::plain(&store.snapshot(), format, health.into()).to_bytes();
@@ -259,6 +260,58 @@ fn label_sets_are_unique_per_family_after_every_change() {
                 );
             }
         }
+    }
+}
+
+/// A render is read a key at a time here, and a writer changes the index
+/// all along (every resource, names that claim others' names): every
+/// snapshot published is still one view, with no label set twice, in
+/// both formats.
+#[test]
+fn a_snapshot_is_one_view_while_writes_interleave_with_the_render() {
+    for seed in 1..=4u64 {
+        let (shared, _rx) = Shared::new();
+        let sink = shared.changes();
+        let start = SystemTime::now();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+                let mut writes = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let at = start + Duration::from_secs(3600);
+                    shared.write(|ix, now| change(&mut rng, ix, now, at));
+                    writes += 1;
+                }
+                writes
+            })
+        };
+        let sizing = Sizing {
+            keys_per_read: 1,
+            keys_per_bucket: 2,
+            ..Sizing::default()
+        };
+        let mut store = Store::new(Exposition::default(), sizing);
+        for step in 0..300 {
+            let at = start + Duration::from_secs(3600 + step);
+            store.update(&shared, &sink, at);
+            for format in [Format::OpenMetrics, Format::Prometheus] {
+                let health = fam::health(&shared.health, format).expect("renders");
+                let body = Body::plain(&store.snapshot(), format, health.into()).to_bytes();
+                let dups = duplicate_series(&body);
+                assert!(
+                    dups.is_empty(),
+                    "seed {seed}, step {step}, {format:?}: {dups:?}"
+                );
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let writes = writer.join().expect("the writer ends");
+        assert!(
+            writes > 300,
+            "seed {seed}: the writer wrote only {writes} times"
+        );
     }
 }
 
@@ -283,7 +336,7 @@ fn a_change_re_renders_its_bucket_alone() {
     };
     let mut store = Store::new(everything, Sizing::fixed());
     store.note(&take(&sink));
-    let first = store.update(&shared, now);
+    let first = store.update(&shared, &sink, now);
     assert_eq!(first.keys, 24, "the first update renders every key");
     let (key, l) = lease(&mut rng, "ns-a", Kind::TerraformMachine, "m1");
     shared.write(|ix, now| ix.apply(key, l, now));
@@ -299,13 +352,17 @@ fn a_change_re_renders_its_bucket_alone() {
         });
     });
     store.note(&changes);
-    let done = store.update(&shared, now);
+    let done = store.update(&shared, &sink, now);
     assert_eq!(
         (done.buckets, done.keys),
         (1, in_bucket),
         "its bucket alone"
     );
-    assert_eq!(store.update(&shared, now).buckets, 0, "nothing noted since");
+    assert_eq!(
+        store.update(&shared, &sink, now).buckets,
+        0,
+        "nothing noted since"
+    );
     // In its place: as a render from scratch.
     let whole = super::render_with(&shared, Format::OpenMetrics, now, everything);
     let whole = whole.expect("renders");
