@@ -294,9 +294,9 @@ impl IndexResource<ForceUnlockEvent> for Index {
         let before = self.force_unlocks.lock_of_event(&key);
         let after = force_unlocks::lock_of_regarding(&ev);
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
-        let stored = self
-            .force_unlocks
-            .apply(key, without_future_time(ev, now), &known);
+        let stored =
+            self.force_unlocks
+                .apply(key, without_future_time(ev, now), self.starting, &known);
         let moved = match stored {
             None => [None, None],
             Some(force_unlocks::Stored::Kept) => [before, after],
