@@ -7,6 +7,9 @@
 #   prometheus-operator, prometheus-config-reloader               tools/node/operator
 #   helm                                                          tools/node/helm
 #   pause (the pod sandbox's process)                             tools/node/pause
+#   kube-router (its network policy controller enforces the chart's NetworkPolicy)
+#                                                                 tools/node/kube-router
+#   cert-manager's controller (cert-manager mode of the chart)    tools/node/cert-manager
 # kube-apiserver, etcd and kubectl come from tools/kube/build.sh, Prometheus 3 and Alertmanager from
 # tools/prometheus3/build.sh; runc is Debian's. A binary already in the cache is not rebuilt.
 #
@@ -65,5 +68,15 @@ record HELM "$(go_build_cached helm "$hv" "$here/helm" helm.sh/helm/v4/cmd/helm 
   "-s -w -X helm.sh/helm/v4/internal/version.version=$hv")"
 
 record PAUSE "$(go_build_cached pause v1 "$here/pause" . "-s -w")"
+
+kr=$(modver "$here/kube-router" github.com/cloudnativelabs/kube-router/v2)
+record KUBE_ROUTER "$(go_build_cached kube-router "$kr" "$here/kube-router" \
+  github.com/cloudnativelabs/kube-router/v2/cmd/kube-router \
+  "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$kr -X github.com/cloudnativelabs/kube-router/v2/pkg/version.BuildDate=module")"
+
+cm=$(modver "$here/cert-manager" github.com/cert-manager/cert-manager)
+record CERT_MANAGER "$(go_build_cached cert-manager-controller "$cm" "$here/cert-manager" \
+  github.com/cert-manager/cert-manager/cmd/controller \
+  "-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$cm -X github.com/cert-manager/cert-manager/pkg/util.AppGitCommit=module")"
 
 if [ "${1:-}" = --env ]; then printf '%s\n' "${env_lines[@]}"; else printf '%s\n' "${env_lines[@]#*=}"; fi
