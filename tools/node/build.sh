@@ -10,6 +10,7 @@
 #   kube-router (its network policy controller enforces the chart's NetworkPolicy)
 #                                                                 tools/node/kube-router
 #   cert-manager's controller (cert-manager mode of the chart)    tools/node/cert-manager
+#   impostor (a TLS server with a certificate nobody trusts)      tools/node/impostor
 # kube-apiserver, etcd and kubectl come from tools/kube/build.sh, Prometheus 3 and Alertmanager from
 # tools/prometheus3/build.sh; runc is Debian's. A binary already in the cache is not rebuilt.
 #
@@ -68,6 +69,7 @@ record HELM "$(go_build_cached helm "$hv" "$here/helm" helm.sh/helm/v4/cmd/helm 
   "-s -w -X helm.sh/helm/v4/internal/version.version=$hv")"
 
 record PAUSE "$(go_build_cached pause v1 "$here/pause" . "-s -w")"
+record IMPOSTOR "$(go_build_cached impostor "v1-$(sha256sum "$here/impostor/main.go" | cut -c1-12)" "$here/impostor" . "-s -w")"
 
 kr=$(modver "$here/kube-router" github.com/cloudnativelabs/kube-router/v2)
 record KUBE_ROUTER "$(go_build_cached kube-router "$kr" "$here/kube-router" \
