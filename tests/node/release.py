@@ -51,9 +51,13 @@ def ready_pods(node: Node) -> list[dict[str, Any]]:
     return [p for p in node.pods(NS, SELECTOR) if Node.is_ready(p)]
 
 
-def exporter_targets(mon: Monitoring, ns: str = NS, job: str = "captf-lock-exporter") -> list[dict[str, Any]]:
+def exporter_targets(mon: Monitoring, ns: str = NS, service: str = FULLNAME,
+                     job: str = "captf-lock-exporter") -> list[dict[str, Any]]:
+    """The release's targets: its job, namespace and Service (the kustomize sidecar's have the same
+    job and namespace, another Service)."""
     return [t for t in mon.api("/api/v1/targets?state=active")["activeTargets"]
-            if t["labels"].get("job") == job and t["labels"].get("namespace") == ns]
+            if t["labels"].get("job") == job and t["labels"].get("namespace") == ns
+            and t["labels"].get("service") == service]
 
 
 def tls_secret(node: Node, ns: str = NS, name: str = f"{FULLNAME}-tls") -> dict[str, bytes]:

@@ -17,20 +17,19 @@ import datetime as dt
 import os
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from addons import connect_from_pod, container_log, pause_pod
-from conftest import KPS_RELEASE, PROMETHEUS_SA, REPORT, Monitoring
+from addons import connect_from_pod, pause_pod
+from conftest import KPS_RELEASE, PROMETHEUS_SA, REPORT, Monitoring, Webhook
 from release import (FULLNAME, NS, RELEASE, SELECTOR, SERVER_NAME, STATE, exporter_targets, ready_pods, scrape_job,
-                     tls_secret, values, write_values)
+                     values, write_values)
 from pykit.builders import force_unlock_event, job_name, lock_lease, now_utc, terraform_object
 from pykit.controlplane import ROOT, audit_time
 from pykit.net import wait_for
 from pykit.node import NODE_NAME, Node
-from pykit.tls import pem_fingerprint, served_fingerprint
+from pykit.tls import served_fingerprint
 
 RUNBOOKS = "https://github.com/captf-io/captf-lock-exporter/blob/main/docs/runbooks"
 M = "TerraformMachine"
@@ -153,7 +152,7 @@ def test_network_policy_enforced_admits_monitoring_only(node: Node, images: dict
 
 
 def test_exporter_egress_reaches_the_api_server_and_nothing_else(node: Node, monitoring: Monitoring,
-                                                                 webhook: Any) -> None:
+                                                                 webhook: Webhook) -> None:
     """Egress as the chart renders it with the README's setting for an API server on another port:
     from an exporter pod the API server's address (after the `kubernetes` Service's translation)
     answers, a port the policy does not name on the same host does not, though a pod without a

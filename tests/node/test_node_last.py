@@ -68,7 +68,7 @@ def test_cert_manager_mode_under_a_second_release_with_fullname_override(
     assert tc.get("server_name") == f"{CM_FULLNAME}.{CM_NS}.svc" and tc.get("ca_file") and not tc.get("insecure_skip_verify"), tc
 
     def both_up() -> list[dict[str, Any]]:
-        ts = exporter_targets(monitoring, CM_NS)
+        ts = exporter_targets(monitoring, CM_NS, CM_FULLNAME)
         return ts if len(ts) == 2 and all(t["health"] == "up" for t in ts) else []
     wait_for(both_up, 180, "both cert-manager-mode replicas up, verified", interval=1)
     REPORT["cert_manager_install_to_both_up_s"] = round(time.monotonic() - t0, 1)

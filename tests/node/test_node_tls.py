@@ -47,7 +47,6 @@ def test_an_impostor_matching_the_selector_is_refused_and_gets_no_token(node: No
     node.kubectl("apply", "-f", "-", input=yaml.safe_dump(impostor_pod(images["impostor"])))
     wait_for(lambda: node.pod_ready(NS, "impostor"), 120, "the impostor pod Ready", interval=0.5)
     pod = node.pod(NS, "impostor")
-    ip = pod["status"]["podIP"]
 
     def refused() -> dict[str, Any] | None:
         for t in exporter_targets(monitoring):

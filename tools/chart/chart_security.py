@@ -184,7 +184,6 @@ def check_service_monitor_security(objs: list[dict[str, Any]], merged: dict[str,
         return "no ServiceMonitor"
     sm_values = merged["serviceMonitor"]
     tls, auth = merged["web"]["tls"]["enabled"], merged["web"]["auth"]["enabled"]
-    svc = one(objs, "Service")
     ep = one(sms, "ServiceMonitor")["spec"]["endpoints"][0]
     expect(ep["scheme"] == ("https" if tls else "http"), f"scheme {ep['scheme']} with web.tls.enabled={tls}")
     expect(not {"bearerTokenSecret", "basicAuth", "oauth2"} & set(ep), f"unexpected credentials {sorted({'bearerTokenSecret', 'basicAuth', 'oauth2'} & set(ep))}")
