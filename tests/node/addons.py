@@ -91,7 +91,14 @@ class CertManager:
         for crd in ("issuers", "clusterissuers", "certificates", "certificaterequests"):
             self.node.kubectl("wait", "--for=condition=Established", f"crd/{crd}.cert-manager.io", "--timeout=60s")
 
+    @property
+    def controller_built(self) -> bool:
+        """False when tools/node/build.sh could not build the controller (it says why)."""
+        return "CERT_MANAGER" in self.node.bins
+
     def start(self) -> "CertManager":
+        if not self.controller_built:
+            return self
         self.proc = ManagedProcess("cert-manager", [
             str(self.node.bins["CERT_MANAGER"]), f"--kubeconfig={self.node.kubeconfig}", "--leader-elect=false",
             f"--metrics-listen-address=127.0.0.1:{free_port()}", "--cluster-resource-namespace=kube-system", "--v=2",
@@ -99,6 +106,49 @@ class CertManager:
         self.proc.start()
         self.node.procs.append(self.proc)
         return self
+
+    def write_as_cert_manager(self, ns: str, certificate: str) -> None:
+        """Without the controller: the Secrets the chart's self-signed chain would get from it (the
+        CA's, and the serving certificate's with ca.crt), with cert-manager's annotations."""
+        import base64
+        import datetime as dt
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+        cert = self.node.kube.get(f"/apis/cert-manager.io/v1/namespaces/{ns}/certificates/{certificate}").json()
+        spec = cert["spec"]
+        now = dt.datetime.now(dt.timezone.utc)
+
+        def key_pem(k: ec.EllipticCurvePrivateKey) -> bytes:
+            return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                   serialization.NoEncryption())
+        ca_key = ec.generate_private_key(ec.SECP256R1())
+        ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{certificate}-ca")])
+        ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+              .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + dt.timedelta(days=3650))
+              .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+              .sign(ca_key, hashes.SHA256()))
+        key = ec.generate_private_key(ec.SECP256R1())
+        leaf = (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(ca_name).public_key(key.public_key())
+                .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + dt.timedelta(days=90))
+                .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in spec["dnsNames"]]), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                .sign(ca_key, hashes.SHA256()))
+        pem = lambda c: c.public_bytes(serialization.Encoding.PEM)  # noqa: E731
+        b64 = lambda b: base64.b64encode(b).decode()  # noqa: E731
+        for name, data, cert_name in ((f"{certificate}-ca", {"ca.crt": pem(ca), "tls.crt": pem(ca), "tls.key": key_pem(ca_key)},
+                                       f"{certificate}-ca"),
+                                      (spec["secretName"], {"ca.crt": pem(ca), "tls.crt": pem(leaf), "tls.key": key_pem(key)},
+                                       certificate)):
+            self.node.kubectl("apply", "-f", "-", input=yaml.safe_dump({
+                "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": {"name": name, "namespace": ns, "annotations": {
+                    "cert-manager.io/certificate-name": cert_name, "cert-manager.io/issuer-kind": "Issuer",
+                    "cert-manager.io/issuer-group": "cert-manager.io", "cert-manager.io/common-name": ""}},
+                "data": {k: b64(v) for k, v in data.items()}}))
 
     def log_tail(self, n: int = 30) -> str:
         return self.proc.log_tail(n) if self.proc else "(not started)"
