@@ -602,6 +602,7 @@ function(c)
         options: {
           alignValue: 'left',
           legend: {
+            calcs: [],
             displayMode: 'list',
             placement: 'bottom',
             showLegend: false,
