@@ -37,6 +37,14 @@ const NONE: Taints = Taints {
     out_of_service: false,
 };
 
+/// What, the pod, its Node, the verdict.
+type Row<'a> = (
+    &'a str,
+    PodSigns<'a>,
+    NodeSight<'a>,
+    Option<(LostReason, f64)>,
+);
+
 use CondStatus::{False, True, Unknown};
 use LostReason::*;
 
@@ -72,7 +80,7 @@ fn the_rules_as_a_table() {
     let w = NodeSight::NotWatched;
     let p = NodeSight::Present;
     #[rustfmt::skip]
-    let rows: Vec<(&str, PodSigns<'_>, NodeSight<'_>, Option<(LostReason, f64)>)> = vec![
+    let rows: Vec<Row<'_>> = vec![
         ("healthy node, running pod", pod(Some("n1"), None), p(&ready), None),
         ("unreachable: since the transition", pod(Some("n1"), None), p(&unknown), Some((NodeUnreachable, t0))),
         ("not ready: since the transition", pod(Some("n1"), None), p(&not_ready), Some((NodeNotReady, t0))),
