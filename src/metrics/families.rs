@@ -143,12 +143,13 @@ pub fn family_docs() -> Vec<FamilyDoc> {
 }
 
 /// The families of one lock key, in exposition order.
-pub(super) const KEY_FAMILIES: [&Family; 14] = [
+pub(super) const KEY_FAMILIES: [&Family; 15] = [
     &LOCK_INFO,
     &LOCK_ACQUIRED,
     &LOCK_AGE,
     &LOCK_CREATED,
     &LOCK_OVERDUE,
+    &HOLDER_NODE_LOST,
     &HELD,
     &TIMEOUT,
     &DEADLINE,
@@ -162,7 +163,7 @@ pub(super) const KEY_FAMILIES: [&Family; 14] = [
 /// Where [`LOCK_AGE`] (only with `--export-lock-age`) is in [`KEY_FAMILIES`].
 pub(super) const LOCK_AGE_AT: usize = 2;
 /// Where the per-object families start in [`KEY_FAMILIES`].
-pub(super) const HELD_AT: usize = 5;
+pub(super) const HELD_AT: usize = 6;
 
 /// Every key family's header lines per format, plain and as a stored
 /// gzip piece; made once.
@@ -245,6 +246,11 @@ const LOCK_OVERDUE: Family = gauge(
     "captf_state_lock_overdue",
     "1 when a foreign or unknown lock is older than the effective lockTimeoutSeconds.",
     &["namespace", "kind", "name", "class"],
+);
+const HOLDER_NODE_LOST: Family = gauge(
+    "captf_state_lock_holder_node_lost_timestamp_seconds",
+    "When the evidence began that the node of the own runner pod holding the lock is lost (Unix time); only while the class is own_live and the evidence holds: CAPTF counts the pod alive and never force-unlocks.",
+    &["namespace", "kind", "name", "node", "reason"],
 );
 
 // 7.2 Per known object.

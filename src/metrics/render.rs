@@ -106,6 +106,11 @@ fn write_held(w: &mut Writer<'_>, v: &LockView<'_>, now: SystemTime, exposition:
         }
         w.next();
         w.only(&[ns, kind, name, class], overdue);
+        if let Some(lost) = v.node_lost {
+            let labels = [ns, kind, name, &lost.node, lost.reason.as_str()];
+            w.line(&labels, Sample::Float(lost.since));
+        }
+        w.next();
     }
 }
 

@@ -209,7 +209,7 @@ fn pod_report(p: &PodFacts, one_shot: bool) -> PodReport {
             "not a valid pod name (DNS-1123): no pod can have it, so CAPTF's read finds none: gone (never read)".to_string(),
         ),
     };
-    let state = state.unwrap_or_else(|| match (p.cached, read) {
+    let state = state.unwrap_or_else(|| match (p.cached.as_ref(), read) {
         (Some(c), _) if !c.finished => {
             "exists and has not finished (watch cache): live".to_string()
         }
