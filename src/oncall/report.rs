@@ -329,6 +329,7 @@ impl LockReport {
             host: host.map(|h| shown(&h).into_owned()),
             own: shown_verdict(own),
             pod: f.pod.as_ref().map(|p| pod_report(p, f.one_shot)),
+            node: super::node::report(f),
             lock_timeout: sourced(eff.lock_timeout_seconds, src.lock_timeout_seconds),
             active_deadline: sourced(eff.active_deadline_seconds, src.active_deadline_seconds),
             age_seconds: age.seconds,

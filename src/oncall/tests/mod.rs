@@ -6,6 +6,7 @@
 mod captf;
 mod fixes;
 mod hostile;
+mod node;
 mod page;
 
 use std::time::{Duration, SystemTime};
