@@ -74,6 +74,7 @@ EXPECTED = {
     "CAPTFForceUnlocks": {"warning"},
     "CAPTFStateLockStale": {"warning"},
     "CAPTFStateLockHeldTooLong": {"warning"},
+    "CAPTFStateLockHolderNodeLost": {"warning"},
     "CAPTFStateLockVerdictMismatch": {"warning"},
     "CAPTFStateLockUnverified": {"warning"},
     "CAPTFLockExporterDown": {"warning"},

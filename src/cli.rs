@@ -229,7 +229,8 @@ pub struct ExplainArgs {
 pub enum OutputFormat {
     /// Aligned columns.
     Table,
-    /// More columns.
+    /// More columns: lock ID, Lease, deadline, timeout source, the holder
+    /// pod's node and whether it is lost (node_unreachable, ...).
     Wide,
     /// JSON for scripts.
     Json,

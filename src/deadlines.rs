@@ -38,6 +38,9 @@ pub async fn run_counted(shared: &Shared, least_gap: Duration, checks: &AtomicU6
         checks.fetch_add(1, Ordering::Relaxed);
         check_mismatches(shared);
         log_overdue(shared);
+        // A terminating holder pod whose grace ended: its lost-node
+        // evidence turns with the clock alone.
+        shared.write(|ix, now| ix.node_lost_due(now));
         let next = shared.read(|ix| ix.next_clock_deadline());
         let wait = next.map_or(LONGEST_SLEEP, |ms| {
             until_unix_ms(ms, SystemTime::now()).min(LONGEST_SLEEP)

@@ -15,6 +15,7 @@ use captf_lock_exporter::cli::Cli;
 use captf_lock_exporter::core::captf_verdict::CaptfReason;
 use captf_lock_exporter::core::classify::HolderClass;
 use captf_lock_exporter::core::kind::Kind;
+use captf_lock_exporter::core::node_lost::LostReason;
 use captf_lock_exporter::health::Health;
 use captf_lock_exporter::index::Resource;
 use captf_lock_exporter::metrics::{family_docs, FamilyDoc};
@@ -90,6 +91,9 @@ fn gauge_values(doc: &FamilyDoc) -> BTreeMap<String, Vec<String>> {
             "class" => strs(HolderClass::ALL.map(|c| c.as_str()).to_vec()),
             "kind" => strs(Kind::ALL.map(|k| k.as_str()).to_vec()),
             "resource" => strs(Resource::ALL.map(|r| r.as_str()).to_vec()),
+            "reason" if doc.name.contains("node_lost") => {
+                strs(LostReason::ALL.map(|r| r.as_str()).to_vec())
+            }
             "reason" => strs(CaptfReason::ALL.map(|r| r.as_str()).to_vec()),
             _ => continue,
         };

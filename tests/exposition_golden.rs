@@ -21,6 +21,11 @@
 //! as the fleet needs, 16 here), names still ordered within it:
 //! re-blessed, the same lines, 32 of them in another place.
 //!
+//! Since issue 49 the web lock's runner pod is bound to a Node that
+//! stopped reporting (`captf_state_lock_holder_node_lost_timestamp_seconds`)
+//! and the invalid node-name counter is shown: re-blessed, the new lines
+//! only.
+//!
 //! The golden files hold every known object's series (as with
 //! `--export-idle-objects`). The default exposition, with series only for
 //! objects that have something to tell, is checked against them: the
@@ -39,12 +44,13 @@ use std::time::{Duration, SystemTime};
 
 use captf_lock_exporter::core::kind::Kind;
 use captf_lock_exporter::core::lockinfo::parse_lock_info;
+use captf_lock_exporter::core::node_lost::{CondStatus, Taints};
 use captf_lock_exporter::core::suffix::{lock_lease_name, state_suffix};
 use captf_lock_exporter::core::timeouts::{ClusterPolicies, JobsPolicy};
 use captf_lock_exporter::health::{ErrorReason, ReadResult};
 use captf_lock_exporter::index::{
-    Effects, ForceUnlockEvent, Index, IndexResource, LockLease, ObjectKey, PodRead, PodState,
-    Resource, TfObject,
+    Effects, ForceUnlockEvent, Index, IndexResource, LockLease, NodeEntry, ObjectKey, PodNode,
+    PodRead, PodState, Resource, TfObject,
 };
 use captf_lock_exporter::metrics::{render_at, render_with, Exposition, Format};
 use captf_lock_exporter::shared::Shared;
@@ -111,7 +117,32 @@ fn object(
 
 fn pod(ns: &str, name: &str, finished: bool) -> Change {
     let key = ObjectKey::new(ns, name);
-    Box::new(move |ix, now| ix.apply(key, PodState { finished }, now))
+    Box::new(move |ix, now| ix.apply(key, PodState::new(finished), now))
+}
+
+/// A running pod bound to `node`.
+fn pod_on(ns: &str, name: &str, node: &str) -> Change {
+    let key = ObjectKey::new(ns, name);
+    let pod = PodState {
+        node: PodNode::of(node),
+        ..PodState::new(false)
+    };
+    Box::new(move |ix, now| ix.apply(key, pod, now))
+}
+
+/// The Node list: `worker-1` stopped reporting two minutes before t0.
+fn nodes() -> Change {
+    let lost = NodeEntry {
+        ready: Some(CondStatus::Unknown),
+        ready_reason: "NodeStatusUnknown".into(),
+        ready_since: Some(1_799_999_880.0),
+        taints: Taints {
+            unreachable: true,
+            ..Taints::default()
+        },
+    };
+    let items = vec![(ObjectKey::new("", "worker-1"), lost)];
+    Box::new(move |ix, now| IndexResource::<NodeEntry>::reset(ix, &None, items, now))
 }
 
 fn force_unlock(ns: &str, event: &str, kind: &str, name: &str, n: u64, at: Option<f64>) -> Change {
@@ -186,7 +217,7 @@ fn fixed_state() -> Arc<Shared> {
             Resource::TerraformMachinePools,
             object("ns2", Kind::TerraformMachinePool, "pool", None, None, None),
         ),
-        (Resource::Pods, pod("ns1", OWN_POD, false)),
+        (Resource::Pods, pod_on("ns1", OWN_POD, "worker-1")),
         (Resource::Pods, pod("ns1", STALE_POD, true)),
         (
             Resource::Leases,
@@ -236,6 +267,7 @@ fn fixed_state() -> Arc<Shared> {
                 Some(info_json(hostile, created_10m, "id\"with\\quotes\nnl")),
             ),
         ),
+        (Resource::Nodes, nodes()),
         // A released lock.
         (Resource::Leases, lease("ns2", m, "idle", "", None)),
         (

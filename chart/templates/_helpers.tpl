@@ -89,6 +89,25 @@ section 10 names. One definition for the ClusterRole and the per-namespace Roles
   verbs: ["get", "list", "watch"]
 {{- end }}
 
+{{/*
+Nodes are cluster-scoped: only a ClusterRole can grant them, so only the
+all-namespaces install reads them (the lost-node evidence of a lock). A
+namespaced install skips the Node watch (captf-lock-exporter.skipResources)
+and judges lost nodes on pod evidence alone.
+*/}}
+{{- define "captf-lock-exporter.nodeRules" -}}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+
+{{/* --skip-resources: skipResources, and nodes for a namespaced install. */}}
+{{- define "captf-lock-exporter.skipResources" -}}
+{{- $skip := .Values.skipResources | default list }}
+{{- if .Values.watchNamespaces }}{{ $skip = append $skip "nodes" }}{{ end }}
+{{- uniq $skip | join "," }}
+{{- end }}
+
 {{/* Where the certificate's Secret is mounted (tls.crt, tls.key). */}}
 {{- define "captf-lock-exporter.tlsDir" -}}
 /etc/captf-lock-exporter/tls

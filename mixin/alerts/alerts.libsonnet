@@ -19,6 +19,7 @@
       import 'force-unlocks.libsonnet',
       import 'stale.libsonnet',
       import 'held-too-long.libsonnet',
+      import 'holder-node-lost.libsonnet',
       import 'verdict-mismatch.libsonnet',
       import 'unverified.libsonnet',
       import 'exporter.libsonnet',

@@ -89,6 +89,7 @@ pub(super) struct Counters {
     pub(super) reviews: Family<ReviewLabels, Counter>,
     pub(super) tls_reloads: Family<OutcomeLabels, Counter>,
     pub(super) events_dropped: Counter,
+    pub(super) invalid_node_names: Counter,
 }
 
 /// A counter family encoded over a closed list of label sets, in that
@@ -184,6 +185,11 @@ impl Health {
             c.events_dropped.clone(),
         );
         registry.register(
+            "captf_lock_exporter_invalid_node_names",
+            "Runner pod updates whose spec.nodeName is not a name a Node can have: kept without node evidence, the class unchanged",
+            c.invalid_node_names.clone(),
+        );
+        registry.register(
             "captf_lock_exporter_http_auth",
             "Requests for protected paths by what authentication and authorization decided",
             InOrder {
@@ -219,6 +225,18 @@ impl Health {
     pub fn count_events_dropped(&self, n: u64) {
         self.counters.events_dropped.inc_by(n);
         self.moved();
+    }
+
+    /// Counts `n` runner pod updates with a `spec.nodeName` no Node can
+    /// have (`Effects::invalid_node_names`).
+    pub fn count_invalid_node_names(&self, n: u64) {
+        self.counters.invalid_node_names.inc_by(n);
+        self.moved();
+    }
+
+    /// Runner pod updates with an invalid `spec.nodeName`, so far.
+    pub fn invalid_node_names(&self) -> u64 {
+        self.counters.invalid_node_names.get()
     }
 
     /// ForceUnlocked Events the index did not keep, so far.

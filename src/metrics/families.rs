@@ -175,12 +175,13 @@ pub fn family_docs() -> Vec<FamilyDoc> {
 }
 
 /// The families of one lock key, in exposition order.
-pub(super) const KEY_FAMILIES: [&Family; 14] = [
+pub(super) const KEY_FAMILIES: [&Family; 15] = [
     &LOCK_INFO,
     &LOCK_ACQUIRED,
     &LOCK_AGE,
     &LOCK_CREATED,
     &LOCK_OVERDUE,
+    &HOLDER_NODE_LOST,
     &HELD,
     &TIMEOUT,
     &DEADLINE,

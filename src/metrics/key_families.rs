@@ -93,6 +93,20 @@ pub(super) const LOCK_OVERDUE: Family = gauge(
     },
 );
 
+pub(super) const HOLDER_NODE_LOST: Family = gauge(
+    LOCK,
+    "captf_state_lock_holder_node_lost_timestamp_seconds",
+    "When the evidence began that the node of the own runner pod holding the lock is lost (Unix time); only while the class is own_live and the evidence holds: CAPTF counts the pod alive and never force-unlocks.",
+    &["namespace", "kind", "name", "node", "reason"],
+    |s, out| {
+        if let Some(lost) = s.lock.as_ref().and_then(|l| l.node_lost) {
+            let [ns, kind, name] = s.object;
+            let labels = [ns, kind, name, &lost.node, lost.reason.as_str()];
+            out.line(&labels, Sample::Float(lost.since));
+        }
+    },
+);
+
 // 7.2 Per object with something to tell (every known object with
 // --export-idle-objects).
 

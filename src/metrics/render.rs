@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use super::families::{Family, Sample, KEY_FAMILIES};
 use super::Exposition;
-use crate::index::{ForceUnlocks, Index, KeyView, LockKey, ObjectRef, ObjectView};
+use crate::index::{ForceUnlocks, Index, KeyView, LockKey, NodeLost, ObjectRef, ObjectView};
 
 /// Where each family's lines of one key end in the buffer they were
 /// written to (family `f` of [`KEY_FAMILIES`] starts where `f - 1` ends).
@@ -30,6 +30,8 @@ pub(super) struct HeldLock<'a> {
     /// lock-info Created, when given.
     pub(super) created: Option<f64>,
     pub(super) overdue: bool,
+    /// Evidence that its own runner's node is lost.
+    pub(super) node_lost: Option<&'a NodeLost>,
 }
 
 /// Everything one lock key's families are written from.
@@ -161,5 +163,6 @@ fn held_lock<'a>(v: &crate::index::LockView<'a>, now: SystemTime) -> Option<Held
         age,
         created: v.lease.created_seconds(),
         overdue: v.overdue(class, age),
+        node_lost: v.node_lost,
     })
 }

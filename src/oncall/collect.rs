@@ -191,6 +191,24 @@ pub async fn snapshot(client: &Client, scope: Option<&str>) -> Result<Snapshot, 
     }
     snap.index.reset(&ns, items, now());
 
+    // Nodes (cluster-scoped): the lost-node evidence of own locks. Without
+    // the right to list them, the pods' own evidence alone counts.
+    let api: Api<trim::NodeObject> = api_of(client, None, Resource::Nodes, "v1");
+    match list_all(&api, None, None).await {
+        Ok(items) => {
+            let items = items
+                .iter()
+                .map(trim::node)
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+            snap.index.reset(&None, items, now());
+        }
+        Err(e) => snap.warnings.push(format!(
+            "cannot list nodes: {}; whether a runner's node is lost is judged from its pod alone",
+            describe(&e)
+        )),
+    }
+
     let (_, fields) = sel(Resource::Events);
     let api: Api<trim::EventObject> = api_of(client, scope, Resource::Events, "v1");
     let events = match list_all(&api, None, fields).await {

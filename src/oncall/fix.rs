@@ -149,6 +149,15 @@ pub fn fix_text(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
         id_mismatch(r, out);
     }
     match r.class {
+        HolderClass::OwnLive if r.node.as_ref().is_some_and(|n| n.lost_reason.is_some()) => {
+            let _ = writeln!(
+                out,
+                "  Do not unlock. The holder is this object's own runner and CAPTF counts it alive."
+            );
+            if let Some(n) = &r.node {
+                super::node::fix_text(n, out);
+            }
+        }
         HolderClass::OwnLive => {
             let _ = writeln!(
                 out,

@@ -11,6 +11,7 @@ pub mod commands;
 pub mod fix;
 pub mod image;
 pub mod model;
+pub mod node;
 pub mod render;
 pub mod report;
 pub mod shell;

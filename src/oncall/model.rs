@@ -107,6 +107,40 @@ pub struct PodReport {
     pub read_at: Option<f64>,
 }
 
+/// The holder pod's node, as the report shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NodeReport {
+    /// The pod's `spec.nodeName` (a DNS-1123 subdomain).
+    pub name: String,
+    /// Whether the exporter (or the one-shot list) sees Nodes; false in a
+    /// namespaced install, or when Nodes may not be read.
+    pub watched: bool,
+    /// The Node exists; None when Nodes are not seen.
+    pub exists: Option<bool>,
+    /// `Ready`'s status: `True`, `False`, `Unknown`; None without one.
+    pub ready: Option<&'static str>,
+    /// `Ready`'s reason, as shown.
+    pub ready_reason: String,
+    /// `Ready`'s `lastTransitionTime` (RFC 3339), when usable.
+    pub ready_since: Option<String>,
+    /// The kept taints that are set.
+    pub taints: Vec<&'static str>,
+    /// The pod's `deletionTimestamp` (the end of its grace period).
+    pub pod_deletion: Option<String>,
+    /// The pod's `deletionGracePeriodSeconds`.
+    pub pod_grace_seconds: Option<i64>,
+    /// The pod's `Ready` condition.
+    pub pod_ready: Option<&'static str>,
+    /// The pod's `DisruptionTarget` condition.
+    pub pod_disruption_target: Option<&'static str>,
+    /// The lost-node reason, when the evidence holds.
+    pub lost_reason: Option<&'static str>,
+    /// Since when (RFC 3339).
+    pub lost_since: Option<String>,
+    /// Since when, Unix seconds (for the duration shown).
+    pub lost_since_seconds: Option<f64>,
+}
+
 /// The lock-info fields.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct InfoFields {
@@ -160,6 +194,8 @@ pub struct LockReport {
     pub own: OwnVerdict,
     /// The holder pod, for own runner pods.
     pub pod: Option<PodReport>,
+    /// The holder pod's node, when the cache shows it bound to one.
+    pub node: Option<NodeReport>,
     /// Effective lockTimeoutSeconds.
     pub lock_timeout: Sourced,
     /// Effective activeDeadlineSeconds.

@@ -80,7 +80,14 @@ pub fn locks_output(reports: &[LockReport], output: Output) -> String {
         "CAPTF NEXT",
     ];
     if wide {
-        head.extend(["LOCK ID", "LEASE", "DEADLINE", "TIMEOUT FROM"]);
+        head.extend([
+            "LOCK ID",
+            "LEASE",
+            "DEADLINE",
+            "TIMEOUT FROM",
+            "NODE",
+            "NODE LOST",
+        ]);
     }
     rows.push(head.into_iter().map(String::from).collect());
     for r in reports {
@@ -110,6 +117,12 @@ pub fn locks_output(reports: &[LockReport], output: Output) -> String {
                 r.lease.clone(),
                 format!("{}s", r.active_deadline.seconds),
                 r.lock_timeout.source.to_string(),
+                r.node.as_ref().map_or("-".into(), |n| cut(&n.name, 64)),
+                r.node
+                    .as_ref()
+                    .and_then(|n| n.lost_reason)
+                    .unwrap_or("-")
+                    .to_string(),
             ]);
         }
         rows.push(row);
@@ -223,6 +236,12 @@ pub fn evidence_text(r: &LockReport) -> String {
             .read_at
             .map_or(String::new(), |t| format!(", read at {}", at(t)));
         let _ = writeln!(o, "  Pod {}: {}{read}", show(&p.name), p.state);
+    }
+    if let Some(n) = &r.node {
+        let now = crate::index::unix_seconds(std::time::SystemTime::now());
+        let _ = writeln!(o, "  Node {}: {}", show(&n.name), show(&n.node_line()));
+        let _ = writeln!(o, "  Pod deletion:  {}", n.pod_line());
+        let _ = writeln!(o, "  Node lost:     {}", n.lost_line(now));
     }
     let kind_opt = crate::core::kind::Kind::from_kind(r.kind);
     let _ = writeln!(

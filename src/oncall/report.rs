@@ -209,7 +209,7 @@ fn pod_report(p: &PodFacts, one_shot: bool) -> PodReport {
             "not a valid pod name (DNS-1123): no pod can have it, so CAPTF's read finds none: gone (never read)".to_string(),
         ),
     };
-    let state = state.unwrap_or_else(|| match (p.cached, read) {
+    let state = state.unwrap_or_else(|| match (p.cached.as_ref(), read) {
         (Some(c), _) if !c.finished => {
             "exists and has not finished (watch cache): live".to_string()
         }
@@ -329,6 +329,7 @@ impl LockReport {
             host: host.map(|h| shown(&h).into_owned()),
             own: shown_verdict(own),
             pod: f.pod.as_ref().map(|p| pod_report(p, f.one_shot)),
+            node: super::node::report(f),
             lock_timeout: sourced(eff.lock_timeout_seconds, src.lock_timeout_seconds),
             active_deadline: sourced(eff.active_deadline_seconds, src.active_deadline_seconds),
             age_seconds: age.seconds,

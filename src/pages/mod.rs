@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
+use crate::core::classify::HolderClass;
 use crate::core::shown::is_hidden;
 use crate::index::{LockFilter, Resource};
 use crate::oncall::model::{source_text, CaptfReport, LockReport, OwnVerdict};
@@ -381,6 +382,21 @@ pub fn evidence_html(r: &LockReport) -> String {
             ),
         );
     }
+    if let Some(n) = &r.node {
+        let now = crate::index::unix_seconds(SystemTime::now());
+        let node = format!(
+            "<code>{}</code>: {}",
+            escape(&n.name),
+            escape(&n.node_line())
+        );
+        dd(&mut o, "Node", &node);
+        dd(&mut o, "Pod deletion", &escape(&n.pod_line()));
+        let lost = format!(
+            "<span id=\"node-lost\">{}</span>",
+            escape(&n.lost_line(now))
+        );
+        dd(&mut o, "Node lost", &lost);
+    }
     let kind_opt = crate::core::kind::Kind::from_kind(r.kind);
     dd(
         &mut o,
@@ -458,12 +474,19 @@ pub fn evidence_html(r: &LockReport) -> String {
             escape(release)
         );
     }
-    if r.class == crate::core::classify::HolderClass::OwnStale {
+    if r.class == HolderClass::OwnStale {
         let _ = writeln!(
             o,
             "# CAPTF's next Job force-unlocks it; make CAPTF reconcile now (metadata is never rendered)\n{}",
             escape(&r.commands.nudge)
         );
+    }
+    if let Some(n) = r.node.as_ref().filter(|_| r.class == HolderClass::OwnLive) {
+        let mut fix = String::new();
+        crate::oncall::node::fix_text(n, &mut fix);
+        if !fix.is_empty() {
+            let _ = writeln!(o, "# the runbook's fix for a lost node\n{}", escape(&fix));
+        }
     }
     let _ = writeln!(
         o,

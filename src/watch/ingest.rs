@@ -26,6 +26,8 @@ where
     buffer: Option<Vec<(<Index as IndexResource<T>>::Key, T)>>,
     /// Dropped Events have been logged for this watch.
     dropped_logged: AtomicBool,
+    /// An invalid node name has been logged for this watch.
+    invalid_node_logged: AtomicBool,
 }
 
 impl<T> Ingest<T>
@@ -50,6 +52,7 @@ where
             watch,
             buffer: None,
             dropped_logged: AtomicBool::new(false),
+            invalid_node_logged: AtomicBool::new(false),
         }
     }
 
@@ -81,6 +84,18 @@ where
                     namespace = self.namespace(),
                     max_per_namespace = MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE,
                     "ForceUnlocked Events about objects the exporter does not know were dropped (their namespace holds the most kept); counted in captf_lock_exporter_force_unlock_events_dropped_total, logged once per watch"
+                );
+            }
+        }
+        if fx.invalid_node_names > 0 {
+            shared
+                .health
+                .count_invalid_node_names(fx.invalid_node_names);
+            if !self.invalid_node_logged.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    resource = self.resource.as_str(),
+                    namespace = self.namespace(),
+                    "a runner pod's spec.nodeName is not a name a Node can have: kept without node evidence, its lock's class unchanged; counted in captf_lock_exporter_invalid_node_names_total, logged once per watch"
                 );
             }
         }

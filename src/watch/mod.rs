@@ -132,8 +132,12 @@ pub fn watches(
     impl std::future::Future<Output = ()> + Send + 'static,
 )> {
     let mut tasks = Vec::new();
-    for scope in scopes {
-        for &resource in resources {
+    let scopes_of = |resource: Resource| match resource.cluster_scoped() {
+        true => vec![None],
+        false => scopes.clone(),
+    };
+    for &resource in resources {
+        for scope in scopes_of(resource) {
             shared
                 .health
                 .register(resource, scope.as_deref().unwrap_or(""));
@@ -235,6 +239,10 @@ async fn watch_resource(w: Watcher, resource: Resource, ns: Option<String>) {
         Resource::Pods => {
             let scope = ns.clone();
             watch_simple::<trim::PodObject, _, _>(&w, resource, ns, scope, trim::pod).await
+        }
+        Resource::Nodes => {
+            // Cluster-scoped: one watch, whatever the namespace scopes.
+            watch_simple::<trim::NodeObject, _, _>(&w, resource, None, None, trim::node).await
         }
         Resource::TerraformClusters
         | Resource::TerraformMachines

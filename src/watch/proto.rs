@@ -37,7 +37,7 @@ use kube::core::watch::{Bookmark, BookmarkMeta};
 use kube::core::{ObjectMeta, Status, TypeMeta, WatchEvent};
 
 use super::slim::{
-    CapiClusterObject, EventObject, LeaseObject, LeaseSpec, PodObject, TerraformObject,
+    CapiClusterObject, EventObject, LeaseObject, LeaseSpec, NodeObject, PodObject, TerraformObject,
     TerraformPlanObject, LOCK_INFO_ANNOTATION,
 };
 use wire::{fields, Value};
@@ -111,6 +111,7 @@ impl Protobuf for TerraformObject {}
 impl Protobuf for TerraformPlanObject {}
 impl Protobuf for CapiClusterObject {}
 impl Protobuf for EventObject {}
+impl Protobuf for NodeObject {}
 
 impl Protobuf for LeaseObject {
     const PROTOBUF: Option<&'static ProtoKind<Self>> = Some(&ProtoKind {

@@ -79,6 +79,8 @@ const TF_POOLS: ResourceSpec = spec(
     "terraformmachinepools",
 );
 const TF_PLANS: ResourceSpec = spec(API_GROUP, &[API_VERSION], "TerraformPlan", "terraformplans");
+/// Nodes: cluster-scoped, watched once whatever `--namespaces` says.
+const NODES: ResourceSpec = spec("", &["v1"], "Node", "nodes");
 /// CAPI serves `Cluster` as v1beta2, and as v1beta1 on older installs.
 const CAPI_CLUSTERS: ResourceSpec = spec(
     "cluster.x-k8s.io",
@@ -124,6 +126,7 @@ impl Served for Resource {
             Resource::TerraformMachinePools => &TF_POOLS,
             Resource::TerraformPlans => &TF_PLANS,
             Resource::Clusters => &CAPI_CLUSTERS,
+            Resource::Nodes => &NODES,
         }
     }
 }

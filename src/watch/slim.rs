@@ -67,6 +67,10 @@ macro_rules! slim_resource {
     };
 }
 
+// After the macro, which it uses.
+mod node;
+pub use node::{NodeObject, NodeSpecDoc, NodeStatusDoc};
+
 /// The part of a Lease spec the exporter reads.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -102,15 +106,40 @@ pub struct PodStatus {
     /// Pending, Running, Succeeded, Failed or Unknown.
     #[serde(default, deserialize_with = "lenient_string")]
     pub phase: String,
+    /// The `Ready` and `DisruptionTarget` conditions (the others skipped).
+    #[serde(default, deserialize_with = "pod_conditions")]
+    pub conditions: PodConditions,
 }
 
-/// A pod: its labels and phase (the spec is skipped unread).
+/// The statuses of the two pod conditions the lost-node report shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodConditions {
+    /// `Ready`'s status as written.
+    pub ready: Option<String>,
+    /// `DisruptionTarget`'s status as written.
+    pub disruption_target: Option<String>,
+}
+
+/// The part of a pod spec the exporter reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpecDoc {
+    /// The node the pod is bound to.
+    #[serde(default, deserialize_with = "lenient_string")]
+    pub node_name: String,
+}
+
+/// A pod: its labels, deletion time, node, phase and two conditions (the
+/// rest of the spec, containers included, is skipped unread).
 #[derive(Clone, Debug, Deserialize)]
 pub struct PodObject {
-    /// Name, namespace, labels.
+    /// Name, namespace, labels, deletionTimestamp and its grace.
     #[serde(deserialize_with = "slim_meta")]
     pub metadata: ObjectMeta,
-    /// The phase.
+    /// `spec.nodeName`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub spec: Option<PodSpecDoc>,
+    /// The phase and conditions.
     #[serde(default, deserialize_with = "lenient")]
     pub status: Option<PodStatus>,
 }
@@ -182,21 +211,45 @@ impl<'de> Deserialize<'de> for LenientCondition {
 /// one, should a list repeat it) and skips the others; anything but a list
 /// reads as none.
 fn state_readable_only<'de, D: Deserializer<'de>>(d: D) -> Result<Option<ConditionDoc>, D::Error> {
-    struct Keep;
+    let kept = conditions_of(d, &[crate::core::captf_verdict::STATE_READABLE])?;
+    Ok(kept.into_iter().next().flatten())
+}
+
+/// The pod's `Ready` and `DisruptionTarget` statuses.
+fn pod_conditions<'de, D: Deserializer<'de>>(d: D) -> Result<PodConditions, D::Error> {
+    let [ready, disruption] = conditions_of(d, &["Ready", "DisruptionTarget"])?
+        .try_into()
+        .unwrap_or_default();
+    let status = |c: Option<ConditionDoc>| c.map(|c| crate::index::cap(&c.status, 16).to_owned());
+    Ok(PodConditions {
+        ready: status(ready),
+        disruption_target: status(disruption),
+    })
+}
+
+/// The conditions of `types` in a `conditions` list, one slot per type in
+/// that order (the last one of a type, should a list repeat it); the
+/// others are skipped, and anything but a list reads as none.
+pub(super) fn conditions_of<'de, D: Deserializer<'de>>(
+    d: D,
+    types: &'static [&'static str],
+) -> Result<Vec<Option<ConditionDoc>>, D::Error> {
+    struct Keep(&'static [&'static str]);
     impl<'de> Visitor<'de> for Keep {
-        type Value = Option<ConditionDoc>;
+        type Value = Option<Vec<Option<ConditionDoc>>>;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a list of conditions")
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut kept = None;
+            let mut kept = vec![None; self.0.len()];
             while let Some(LenientCondition(c)) = seq.next_element()? {
-                if let Some(c) = c.filter(|c| c.type_ == crate::core::captf_verdict::STATE_READABLE)
-                {
-                    kept = Some(c);
+                let Some(c) = c else { continue };
+                let slot = self.0.iter().position(|t| *t == c.type_);
+                if let Some(slot) = slot.and_then(|i| kept.get_mut(i)) {
+                    *slot = Some(c);
                 }
             }
-            Ok(kept)
+            Ok(Some(kept))
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
@@ -204,7 +257,8 @@ fn state_readable_only<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Conditi
         }
         scalars_read_as_none!();
     }
-    d.deserialize_any(Keep)
+    let kept = d.deserialize_any(Keep(types))?;
+    Ok(kept.unwrap_or_else(|| vec![None; types.len()]))
 }
 
 /// The part of a Terraform* status the exporter reads: CAPTF's own lock

@@ -6,12 +6,13 @@ use kube::ResourceExt;
 use crate::core::jobname::is_job_of;
 use crate::core::kind::Kind;
 use crate::core::lockinfo::parse_lock_info;
+use crate::core::node_lost::CondStatus;
 use crate::core::podname::is_dns1123_subdomain;
 use crate::core::suffix::suffix_of_lock_lease;
 use crate::core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
 use crate::index::{
-    CapiCluster, CaptfStatus, ForceUnlockEvent, LockLease, ObjectKey, PlanEntry, PodState,
-    StateReadable, TfObject,
+    CapiCluster, CaptfStatus, ForceUnlockEvent, LockLease, NodeEntry, ObjectKey, PlanEntry,
+    PodNode, PodState, StateReadable, TfObject,
 };
 
 /// A trimmed watch object: its key, and what the index keeps of it (None
@@ -27,7 +28,7 @@ pub const MANAGED_LABEL: &str = "captf.io/managed";
 pub use super::lock_id::{cut_lock_id_parts, keep_lock_id, lock_id_cut, MAX_LOCK_ID_BYTES};
 use super::slim::JobsDoc;
 pub use super::slim::{
-    CapiClusterObject, EventObject, EventRef, LeaseObject, PodObject, TerraformObject,
+    CapiClusterObject, EventObject, EventRef, LeaseObject, NodeObject, PodObject, TerraformObject,
     TerraformPlanObject, LOCK_INFO_ANNOTATION,
 };
 /// The label CAPTF mirrors a TerraformPlan's phase to; it survives
@@ -106,9 +107,39 @@ pub fn lease(obj: &LeaseObject) -> Trimmed<ObjectKey, LockLease> {
 pub fn pod(obj: &PodObject) -> Trimmed<ObjectKey, PodState> {
     let key = key_of(&obj.metadata);
     let managed = obj.labels().get(MANAGED_LABEL).map(String::as_str) == Some("true");
-    let phase = obj.status.as_ref().map_or("", |s| s.phase.as_str());
+    let status = obj.status.as_ref();
+    let phase = status.map_or("", |s| s.phase.as_str());
+    let condition = |c: Option<&String>| c.and_then(|s| CondStatus::parse(s));
     let entry = managed.then(|| PodState {
         finished: crate::core::classify::is_terminal_phase(phase),
+        node: PodNode::of(obj.spec.as_ref().map_or("", |s| s.node_name.as_str())),
+        deletion: obj.metadata.deletion_timestamp.as_ref().map(time_seconds),
+        deletion_grace_seconds: obj.metadata.deletion_grace_period_seconds,
+        ready: condition(status.and_then(|s| s.conditions.ready.as_ref())),
+        disruption_target: condition(status.and_then(|s| s.conditions.disruption_target.as_ref())),
+    });
+    (key, entry)
+}
+
+/// A metav1 time as Unix seconds.
+fn time_seconds(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> f64 {
+    t.0.as_millisecond() as f64 / 1000.0
+}
+
+/// A Node: kept when its name is one a Node can have (the key is the
+/// name; Nodes have no namespace).
+pub fn node(obj: &NodeObject) -> Trimmed<ObjectKey, NodeEntry> {
+    let key = key_of(&obj.metadata);
+    let ready = obj.status.as_ref().and_then(|s| s.ready.as_ref());
+    let entry = is_dns1123_subdomain(&key.name).then(|| NodeEntry {
+        ready: ready.and_then(|c| CondStatus::parse(&c.status)),
+        ready_reason: ready
+            .map_or("", |c| {
+                crate::index::cap(&c.reason, crate::index::MAX_LABEL_BYTES)
+            })
+            .into(),
+        ready_since: ready.and_then(|c| rfc3339_seconds(&c.last_transition_time)),
+        taints: obj.spec.as_ref().map(|s| s.taints).unwrap_or_default(),
     });
     (key, entry)
 }
@@ -433,3 +464,6 @@ mod tests {
         assert_eq!(c.since, Some(1_796_032_800.0));
     }
 }
+
+#[cfg(test)]
+mod node_tests;

@@ -11,6 +11,7 @@ import yaml
 
 from chart_common import (
     AUTH_RULES,
+    CLUSTER_READS,
     CLUSTER_SCOPED,
     NAMESPACE,
     RBAC_RESOURCES,
@@ -29,7 +30,7 @@ from chart_common import (
 # --------------------------------------------------------------------------
 # Object checks (each raises Fail)
 
-def check_rbac_rules(rules: list[dict[str, Any]], where: str) -> None:
+def check_rbac_rules(rules: list[dict[str, Any]], where: str, want: set[tuple[str, str]] = RBAC_RESOURCES) -> None:
     seen: set[tuple[str, str]] = set()
     for r in rules:
         expect(set(r) <= {"apiGroups", "resources", "verbs"},
@@ -40,8 +41,8 @@ def check_rbac_rules(rules: list[dict[str, Any]], where: str) -> None:
             for res in r.get("resources", []):
                 expect("*" not in g and "*" not in res, f"{where}: wildcard in {g!r}/{res!r}")
                 seen.add((g, res))
-    expect(seen == RBAC_RESOURCES,
-           f"{where}: resources differ from docs/contract.md section 10: extra {sorted(seen - RBAC_RESOURCES)}, missing {sorted(RBAC_RESOURCES - seen)}")
+    expect(seen == want,
+           f"{where}: resources differ from docs/contract.md section 10: extra {sorted(seen - want)}, missing {sorted(want - seen)}")
 
 
 def check_auth_rules(rules: list[dict[str, Any]], where: str) -> None:
@@ -128,14 +129,16 @@ def check_rbac(objs: list[dict[str, Any]], values: dict[str, Any], sa_name: str)
         if role["metadata"]["name"].endswith("-auth-delegator"):
             check_auth_rules(role["rules"], ident(role))
         else:
-            check_rbac_rules(role["rules"], ident(role))
+            want = RBAC_RESOURCES - CLUSTER_READS if kind == "Role" else RBAC_RESOURCES
+            check_rbac_rules(role["rules"], ident(role), want)
         ref = binding["roleRef"]
         expect(ref == {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role["metadata"]["name"]},
                f"{ident(binding)}: roleRef {ref} does not name {ident(role)}")
         expect(binding["subjects"] == me, f"{ident(binding)}: subjects {binding['subjects']} != ServiceAccount {NAMESPACE}/{sa_name}")
     # The exporter's rights in the whole render: the reads, the two reviews when auth is on, nothing else.
     grants = exporter_grants(objs, sa_name, NAMESPACE)
-    allowed = {(g, res, v) for g, res in RBAC_RESOURCES for v in RBAC_VERBS}
+    reads = RBAC_RESOURCES - CLUSTER_READS if namespaces else RBAC_RESOURCES
+    allowed = {(g, res, v) for g, res in reads for v in RBAC_VERBS}
     if auth:
         allowed |= {(g, res, v) for (g, res), verbs in AUTH_RULES.items() for v in verbs}
     expect(grants == allowed, f"the exporter's ServiceAccount gets extra {sorted(grants - allowed)}, lacks {sorted(allowed - grants)}")

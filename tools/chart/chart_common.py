@@ -41,7 +41,12 @@ RBAC_RESOURCES = {
     ("infrastructure.cluster.x-k8s.io", "terraformmachinepools"),
     ("infrastructure.cluster.x-k8s.io", "terraformplans"),
     ("cluster.x-k8s.io", "clusters"),
+    ("", "nodes"),
 }
+# Cluster-scoped reads: only a ClusterRole grants them, so a namespaced
+# install (a Role per namespace) goes without (issue 49: the lost-node
+# evidence then rests on the runner pod alone, --skip-resources=nodes).
+CLUSTER_READS = {("", "nodes")}
 # Issue 23: with --auth=kubernetes the exporter also creates these two
 # reviews (cluster-scoped), its only rights that are not get/list/watch.
 AUTH_RULES = {

@@ -11,6 +11,7 @@ pub mod classify;
 pub mod jobname;
 pub mod kind;
 pub mod lockinfo;
+pub mod node_lost;
 pub mod podname;
 pub mod shown;
 pub mod suffix;

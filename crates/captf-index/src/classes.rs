@@ -99,6 +99,7 @@ impl Index {
         }
         self.schedule_overdue(key, now);
         self.review_verdict(key, now);
+        self.review_node_lost(key, now);
         if new_class != old_class {
             self.mark(key);
             if let Some(lock) = self.locks.get(key) {

@@ -6,6 +6,8 @@ use captf_core::captf_verdict::StateReadable;
 use captf_core::classify::{lock_id, HolderClass};
 use captf_core::kind::Kind;
 use captf_core::lockinfo::{LockInfo, LockInfoError};
+use captf_core::node_lost::{CondStatus, PodSigns, Taints};
+use captf_core::podname::is_dns1123_subdomain;
 use captf_core::shown::{cap, has_hidden, kept_shown, shown, MAX_LABEL_BYTES};
 use captf_core::suffix::{kind_of_suffix, lock_lease_name, state_suffix};
 use captf_core::timeouts::{ClusterPolicies, InfraRef, JobsPolicy};
@@ -369,11 +371,112 @@ pub struct CapiCluster {
     pub infra_ref: InfraRef,
 }
 
-/// A runner pod, trimmed to what stale detection needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A runner pod, trimmed to what stale detection and the lost-node
+/// evidence need.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodState {
     /// Phase Succeeded or Failed. A terminating pod is not finished.
     pub finished: bool,
+    /// `spec.nodeName`.
+    pub node: PodNode,
+    /// `metadata.deletionTimestamp` as Unix seconds: the end of the grace
+    /// period of a terminating pod; None when not terminating (or
+    /// unparseable).
+    pub deletion: Option<f64>,
+    /// `metadata.deletionGracePeriodSeconds`.
+    pub deletion_grace_seconds: Option<i64>,
+    /// The pod's `Ready` condition.
+    pub ready: Option<CondStatus>,
+    /// The pod's `DisruptionTarget` condition.
+    pub disruption_target: Option<CondStatus>,
+}
+
+impl PodState {
+    /// A pod known only by its phase: not bound to a node, not terminating.
+    pub fn new(finished: bool) -> Self {
+        PodState {
+            finished,
+            ..PodState::default()
+        }
+    }
+
+    /// What the lost-node rules read of it.
+    pub fn signs(&self) -> PodSigns<'_> {
+        PodSigns {
+            node_name: self.node.name(),
+            deletion: self.deletion,
+            deletion_grace_seconds: self.deletion_grace_seconds,
+            ready: self.ready,
+            disruption_target: self.disruption_target,
+        }
+    }
+}
+
+/// A pod's `spec.nodeName`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum PodNode {
+    /// Not bound to a node (unset or empty).
+    #[default]
+    Unset,
+    /// Bound to this node (a DNS-1123 subdomain).
+    Named(Box<str>),
+    /// Set, but not a name a Node can have: counted, and judged as unset
+    /// (no node evidence), never a changed class.
+    Invalid,
+}
+
+impl PodNode {
+    /// The node name as written, when set (cut at 253 bytes: a longer one
+    /// is [`PodNode::Invalid`]).
+    pub fn of(name: &str) -> PodNode {
+        if name.is_empty() {
+            PodNode::Unset
+        } else if is_dns1123_subdomain(name) {
+            PodNode::Named(name.into())
+        } else {
+            PodNode::Invalid
+        }
+    }
+
+    /// The node's name, when it is one.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            PodNode::Named(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// A Node, trimmed to its `Ready` condition and the three taints the
+/// lost-node rules read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeEntry {
+    /// The `Ready` condition's status; None without one.
+    pub ready: Option<CondStatus>,
+    /// Its reason, capped at 128 bytes (shown, escaped, on the pages).
+    pub ready_reason: Box<str>,
+    /// Its `lastTransitionTime` as Unix seconds; None when missing or
+    /// unparseable.
+    pub ready_since: Option<f64>,
+    /// The kept taints.
+    pub taints: Taints,
+}
+
+impl NodeEntry {
+    /// A Node with this `Ready` status and no taints.
+    pub fn with_ready(ready: Option<CondStatus>, since: Option<f64>) -> Self {
+        NodeEntry {
+            ready,
+            ready_since: since,
+            ..NodeEntry::default()
+        }
+    }
+
+    /// Same `Ready` status and taints: what decides the evidence, so a
+    /// heartbeat-only update keeps the sighting time.
+    pub(crate) fn same_state(&self, other: &NodeEntry) -> bool {
+        self.ready == other.ready && self.taints == other.taints
+    }
 }
 
 /// A ForceUnlocked Event, trimmed.

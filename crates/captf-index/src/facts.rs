@@ -8,8 +8,8 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::{
-    AgeSource, CaptfStatus, Disagreement, ForceUnlocks, Index, LockKey, LockLease, ObjectKey,
-    PodRead, PodState,
+    AgeSource, CaptfStatus, Disagreement, ForceUnlocks, Index, LockKey, LockLease, NodeLost,
+    NodeView, ObjectKey, PodRead, PodState,
 };
 use captf_core::classify::{holder_of, is_overdue, Holder, HolderClass};
 use captf_core::kind::Kind;
@@ -37,6 +37,20 @@ pub struct PodFacts {
     pub cached: Option<PodState>,
     /// The last live read and when it was made.
     pub last_read: Option<(PodRead, Option<SystemTime>)>,
+}
+
+/// What the index knows of the node the holder pod is bound to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeFacts {
+    /// The pod's `spec.nodeName`.
+    pub name: String,
+    /// The Node watch has synced: `node` None then means no such Node.
+    /// False in a namespaced install (no Node watch) or before the sync.
+    pub watched: bool,
+    /// The Node as kept, when it exists.
+    pub node: Option<NodeView>,
+    /// The lost-node evidence, when it holds.
+    pub lost: Option<NodeLost>,
 }
 
 /// What CAPTF says of one object, beside the exporter's verdict.
@@ -73,6 +87,8 @@ pub struct LockFacts {
     pub resolved: Resolved,
     /// The holder pod, for holders recognised as own runner pods.
     pub pod: Option<PodFacts>,
+    /// The holder pod's node, when the cache shows the pod bound to one.
+    pub node: Option<NodeFacts>,
     /// Force-unlock counter of the object.
     pub force_unlocks: ForceUnlocks,
     /// ForceUnlocked Events present in the cluster (one-shot commands).
@@ -246,6 +262,15 @@ impl Index {
             }
             _ => None,
         };
+        let node = pod
+            .as_ref()
+            .and_then(|p| p.cached.as_ref()?.node.name().map(str::to_string))
+            .map(|name| NodeFacts {
+                watched: self.nodes.synced(),
+                node: self.nodes.view(&name),
+                lost: self.lost.get(key).cloned(),
+                name,
+            });
         Some(LockFacts {
             namespace: key.namespace.clone(),
             kind,
@@ -258,6 +283,7 @@ impl Index {
             first_seen_held: lock.state.first_seen_held,
             resolved,
             pod,
+            node,
             force_unlock_events_present: None,
             captf: self.captf_view(key),
             one_shot: false,

@@ -7,8 +7,8 @@ use std::time::SystemTime;
 
 use super::{
     force_unlocks, locks, policy, CapiCluster, Changes, Effects, ForceUnlockEvent, Index,
-    IndexResource, Lock, LockKey, LockLease, LockState, ObjectKey, ObjectRef, PlanEntry, PodState,
-    TfObject,
+    IndexResource, Lock, LockKey, LockLease, LockState, ObjectKey, ObjectRef, PlanEntry, PodNode,
+    PodState, TfObject,
 };
 use captf_core::kind::Kind;
 use captf_core::suffix::{state_suffix, suffix_of_lock_lease};
@@ -69,6 +69,7 @@ impl IndexResource<LockLease> for Index {
             self.force_unlocks.gc_lock(&lock, &known);
         }
         self.review_verdict(&lock, now);
+        self.review_node_lost(&lock, now);
         fx
     }
 
@@ -90,17 +91,28 @@ impl IndexResource<PodState> for Index {
 
     fn apply(&mut self, key: ObjectKey, pod: PodState, now: SystemTime) -> Effects {
         let mut fx = Effects::default();
+        if pod.node == PodNode::Invalid {
+            fx.invalid_node_names += 1;
+        }
+        let same_signs = self.pods.cached_ref(&key).is_some_and(|old| *old == pod);
+        self.nodes.place_pod(&key, pod.node.name(), now);
         if self.pods.apply(key.clone(), pod) {
-            // Reclassifying queues a live read where an own lock needs one.
+            // Reclassifying queues a live read where an own lock needs one
+            // (and reviews the lost-node evidence).
             self.reclassify_holder(&key, now, &mut fx);
+        } else if !same_signs {
+            self.review_node_lost_of_pod(&key, now);
         }
         fx
     }
 
     fn delete(&mut self, key: ObjectKey, now: SystemTime) -> Effects {
         let mut fx = Effects::default();
+        self.nodes.unplace_pod(&key);
         if self.pods.delete(&key) {
             self.reclassify_holder(&key, now, &mut fx);
+        } else {
+            self.review_node_lost_of_pod(&key, now);
         }
         fx
     }

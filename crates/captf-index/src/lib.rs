@@ -7,7 +7,9 @@
 //!   effective timeouts;
 //! - [`force_unlocks`]: per-object counters from ForceUnlocked Events;
 //! - [`plans`]: TerraformPlans, by the object whose apply waits for them;
-//! - [`disagreements`]: disagreements with CAPTF's own verdict, and their age.
+//! - [`disagreements`]: disagreements with CAPTF's own verdict, and their age;
+//! - [`nodes`]: Nodes, and the runner pods bound to each, for the
+//!   lost-node evidence of a lock (`lost`).
 //!
 //! [`Index::facts`] gives the read model of one held lock ([`LockFacts`]).
 //!
@@ -28,6 +30,8 @@ pub mod force_unlocks;
 mod inputs;
 mod keys;
 pub mod locks;
+mod lost;
+pub mod nodes;
 pub mod plans;
 pub mod pods;
 pub mod policy;
@@ -43,15 +47,17 @@ pub use changes::Changes;
 pub use disagreements::{Disagreement, DEFAULT_VERDICT_GRACE};
 pub use entries::{
     unix_ms, unix_seconds, AgeSource, CapiCluster, CaptfStatus, ForceUnlockEvent, ForceUnlocks,
-    LockLease, PlanEntry, PodState, TerraformCluster, TfObject,
+    LockLease, NodeEntry, PlanEntry, PodNode, PodState, TerraformCluster, TfObject,
 };
-pub use facts::{AgeAt, CaptfView, LockFacts, LockFilter, ObjectKnown, PodFacts};
+pub use facts::{AgeAt, CaptfView, LockFacts, LockFilter, NodeFacts, ObjectKnown, PodFacts};
 pub use force_unlocks::{
     MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE, MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE,
     MAX_UNKNOWN_OBJECT_EVENTS_WHILE_STARTING,
 };
 pub use keys::{LockKey, ObjectKey, ObjectRef};
 pub use locks::{Lock, LockState};
+pub use lost::NodeLost;
+pub use nodes::NodeView;
 pub use pods::{PodRead, ReadTicket};
 pub use resource::Resource;
 pub use views::{KeyView, LockView, MismatchLog, ObjectView, OverdueLog};
@@ -89,6 +95,9 @@ pub struct Effects {
     /// know, in a namespace that holds the most such Events already
     /// ([`force_unlocks::MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE`]).
     pub events_dropped: u64,
+    /// Runner pods whose `spec.nodeName` is not a name a Node can have
+    /// (kept without node evidence).
+    pub invalid_node_names: u64,
 }
 
 impl Effects {
@@ -96,6 +105,7 @@ impl Effects {
         self.class_changes.extend(more.class_changes);
         self.confirm.extend(more.confirm);
         self.events_dropped += more.events_dropped;
+        self.invalid_node_names += more.invalid_node_names;
     }
 }
 
@@ -132,6 +142,11 @@ pub struct Index {
     deadlines: deadlines::DeadlineQueue,
     plans: plans::PlanIndex,
     disagreements: disagreements::Disagreements,
+    nodes: nodes::NodeIndex,
+    /// Lost-node evidence of locks held by own runner pods (`lost`).
+    lost: std::collections::HashMap<LockKey, NodeLost>,
+    /// When each terminating holder pod's grace ends (`lost`).
+    grace: deadlines::DeadlineQueue,
     /// What `/metrics` shows that changed since [`Index::take_changes`].
     changes: Changes,
     /// Locks shown under a name that depends on another key: a Lease

@@ -134,6 +134,16 @@ impl LockIndex {
             .unwrap_or_default()
     }
 
+    /// The own runner pod a lock is linked to, if any.
+    pub fn holder(&self, key: &LockKey) -> Option<&ObjectKey> {
+        self.holder_of.get(key)
+    }
+
+    /// Every lock linked to an own runner pod.
+    pub fn linked(&self) -> impl Iterator<Item = &LockKey> {
+        self.holder_of.keys()
+    }
+
     /// Whether some lock names this pod as its holder.
     pub fn is_holder(&self, pod: &ObjectKey) -> bool {
         self.by_holder.contains_key(pod)

@@ -132,7 +132,12 @@ impl PodIndex {
 
     /// The cached pod, if the watch has it.
     pub fn cached(&self, pod: &ObjectKey) -> Option<PodState> {
-        self.cache.get(pod).copied()
+        self.cache.get(pod).cloned()
+    }
+
+    /// The cached pod, borrowed.
+    pub fn cached_ref(&self, pod: &ObjectKey) -> Option<&PodState> {
+        self.cache.get(pod)
     }
 
     /// The last live read of a holder pod and when it was recorded.

@@ -23,11 +23,13 @@ pub enum Resource {
     TerraformPlans,
     /// cluster.x-k8s.io clusters.
     Clusters,
+    /// v1 nodes (cluster-scoped: the lost-node evidence of own locks).
+    Nodes,
 }
 
 impl Resource {
     /// Every resource, in label order.
-    pub const ALL: [Resource; 8] = [
+    pub const ALL: [Resource; 9] = [
         Resource::Leases,
         Resource::Pods,
         Resource::Events,
@@ -36,6 +38,7 @@ impl Resource {
         Resource::TerraformMachinePools,
         Resource::TerraformPlans,
         Resource::Clusters,
+        Resource::Nodes,
     ];
 
     /// The `resource` label value: the plural resource name (the same
@@ -50,7 +53,14 @@ impl Resource {
             Resource::TerraformMachinePools => "terraformmachinepools",
             Resource::TerraformPlans => "terraformplans",
             Resource::Clusters => "clusters",
+            Resource::Nodes => "nodes",
         }
+    }
+
+    /// Served cluster-wide (Nodes): watched once, whatever the namespace
+    /// scopes, and never by a Role.
+    pub fn cluster_scoped(self) -> bool {
+        self == Resource::Nodes
     }
 
     /// The Terraform* kind this resource holds, if any.

@@ -4,7 +4,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{
     AgeSource, CaptfStatus, Disagreement, ForceUnlocks, Index, Lock, LockKey, LockLease, LockState,
-    ObjectRef, TfObject,
+    NodeLost, ObjectRef, TfObject,
 };
 use captf_core::classify::{is_overdue, HolderClass};
 use captf_core::kind::Kind;
@@ -68,6 +68,7 @@ impl Index {
             lease: &lock.lease,
             state: &lock.state,
             starting: self.starting,
+            node_lost: self.lost.get(key),
         })
     }
 
@@ -194,13 +195,14 @@ impl Index {
     /// when the deadlines must be recomputed first; None when nothing waits
     /// on the clock, so the checker can sleep until a write wakes it.
     pub fn next_clock_deadline(&self) -> Option<i64> {
-        match (
+        [
             self.deadlines.first_deadline(),
             self.disagreements.first_deadline(),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+            self.grace.first_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Whether a write since the last call moved
@@ -209,7 +211,8 @@ impl Index {
         // Both taken: `||` would leave the second set for a spurious wake.
         let overdue = self.deadlines.take_moved_earlier();
         let verdicts = self.disagreements.take_moved_earlier();
-        overdue || verdicts
+        let grace = self.grace.take_moved_earlier();
+        overdue || verdicts || grace
     }
 
     /// Foreign or unknown locks that became older than their effective
@@ -368,6 +371,8 @@ pub struct LockView<'a> {
     /// Not every kind a timeout comes from has synced yet
     /// ([`Index::begin_start`]): the lock is not judged overdue.
     pub starting: bool,
+    /// The holder pod's node is lost (an own live lock only).
+    pub node_lost: Option<&'a NodeLost>,
 }
 
 impl LockView<'_> {

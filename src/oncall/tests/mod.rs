@@ -6,6 +6,7 @@
 mod captf;
 mod fixes;
 mod hostile;
+mod node;
 mod page;
 
 use std::time::{Duration, SystemTime};
@@ -70,6 +71,7 @@ pub(super) fn facts(
         first_seen_held: Some(now),
         resolved: resolve(Kind::TerraformMachine, None, None),
         pod,
+        node: None,
         force_unlocks: ForceUnlocks::default(),
         force_unlock_events_present: None,
         captf: Default::default(),
@@ -120,7 +122,7 @@ fn every_class_its_verdict_next_step_and_fix() {
     let who = format!("@{POD}");
     let live = PodFacts {
         name: POD.into(),
-        cached: Some(PodState { finished: false }),
+        cached: Some(PodState::new(false)),
         last_read: None,
     };
     let gone = PodFacts {

@@ -94,7 +94,7 @@ fn a_finished_pod_is_never_said_to_wait_for_a_live_read() {
     let mut f = stale_facts(now);
     f.pod = Some(PodFacts {
         name: POD.into(),
-        cached: Some(PodState { finished: true }),
+        cached: Some(PodState::new(true)),
         last_read: None,
     });
     let r = LockReport::build(&f, now);

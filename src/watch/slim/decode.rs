@@ -32,6 +32,12 @@ struct SlimMeta {
     #[serde(default, deserialize_with = "lock_info_only")]
     annotations: Option<BTreeMap<String, String>>,
     creation_timestamp: Option<Time>,
+    /// Set on a terminating object (a pod: the end of its grace period);
+    /// a value that is not an RFC 3339 time reads as unset.
+    #[serde(default, deserialize_with = "lenient_time")]
+    deletion_timestamp: Option<Time>,
+    #[serde(default, deserialize_with = "lenient_i64")]
+    deletion_grace_period_seconds: Option<i64>,
 }
 
 /// The metadata of an object, only the fields [`SlimMeta`] names filled.
@@ -44,6 +50,8 @@ pub(super) fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D
         labels: m.labels,
         annotations: m.annotations,
         creation_timestamp: m.creation_timestamp,
+        deletion_timestamp: m.deletion_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
         ..ObjectMeta::default()
     })
 }
@@ -84,6 +92,14 @@ fn lock_info_only<'de, D: Deserializer<'de>>(
         }
     }
     d.deserialize_option(Keep)
+}
+
+/// An RFC 3339 time, or None for anything else.
+fn lenient_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => s.parse::<k8s_openapi::jiff::Timestamp>().ok().map(Time),
+        _ => None,
+    })
 }
 
 /// A string, or "" for anything else.

@@ -6,6 +6,7 @@ mod changed;
 mod classes;
 mod counters;
 mod disagreements;
+mod node_lost;
 mod review;
 mod timeouts;
 
@@ -260,7 +261,7 @@ fn machine_with_lock_timeout(name: &str, seconds: i64) -> Change {
 fn pod(name: &str, finished: bool) -> Change {
     Change {
         key: (NS.into(), name.into()),
-        entry: Some(Entry::Pod(PodState { finished })),
+        entry: Some(Entry::Pod(PodState::new(finished))),
     }
 }
 
