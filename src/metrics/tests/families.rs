@@ -1,8 +1,10 @@
 //! Each key family's own lines: one key in, the exact lines out, written
 //! here by hand; and every line's label names are the family's.
 
-use super::super::families::{self as f, Family, KEY_FAMILIES};
-use super::super::render::{lines_of, HeldLock, Subject};
+use super::super::families::Family;
+use super::super::key_families::{self as f, KEY_FAMILIES};
+use super::super::render::lines_of;
+use super::super::subject::{HeldLock, Subject};
 use crate::core::captf_verdict::StateReadable;
 use crate::core::node_lost::LostReason;
 use crate::core::timeouts::Effective;
