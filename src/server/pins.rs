@@ -44,7 +44,9 @@ impl Pins {
     /// Generations older than the newest held that answers in flight may
     /// keep. Memory for bodies is then at most this many snapshots more
     /// than the current one, whatever the number of readers (a snapshot
-    /// keeps its text plain up to 16 MB, so two are up to 32 MB more); a
+    /// keeps its text plain up to 128 MiB per format, with its gzip
+    /// pieces: at 100k objects two are up to about 260 MB more, under the
+    /// chart's 100k limit; docs/contract.md, "Slow clients"); a
     /// reader is closed only when answers of three newer generations
     /// began during its own. A scrape lasts well under the second between
     /// two renders with `--export-lock-age`, so Prometheus replicas and a
