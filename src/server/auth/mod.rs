@@ -30,7 +30,9 @@ use tokio::sync::Semaphore;
 use crate::health::{AuthResult, Health, Review};
 use cache::{Cache, Found, Ttl};
 use call::{CallError, ReviewLog};
-pub use review::{Failure, Identity, KubeReviewer, ReviewError, Reviewer, User};
+pub use review::{
+    AuthService, Failure, Identity, KubeReviewer, ReviewError, Reviewer, ServiceTarget, User,
+};
 
 /// Paths anyone may read: probes, which carry no token.
 pub fn is_open(path: &str) -> bool {
