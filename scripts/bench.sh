@@ -2,8 +2,11 @@
 # Issue-9 benchmark: the real exporter binary against a fast fake API server, per fleet size.
 #
 #   scripts/bench.sh [sizes...]     default: 1000 10000 100000 (Prometheus 2.42 fed at the largest)
-#   scripts/bench.sh --smoke        1000 objects only, short idle window, no Prometheus: it must
-#                                   complete and print the table; nothing about times is asserted.
+#   scripts/bench.sh --smoke        1000 objects only, short idle window, no Prometheus, the churn
+#                                   phases of issue 48 a few seconds each: it must complete and
+#                                   print the tables; nothing about times is asserted.
+#   scripts/bench.sh 10000 100000 -- --churn-phases all --churn-only
+#                                   issue 48's churn phases alone (tools/bench/churn_phases.py).
 #   scripts/bench.sh --ksm [...]    the exporter beside kube-state-metrics on a real kube-apiserver
 #                                   (runs scripts/bench-ksm.sh with the rest of the arguments).
 #
@@ -33,14 +36,17 @@ while (($#)); do
     --smoke) smoke=1 ;;
     --) shift; extra=("$@"); break ;;
     --exporter) exporters+=(--exporter "$2"); shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) sizes+=("$1") ;;
   esac
   shift
 done
 if ((smoke)); then
   sizes=(1000)
-  extra=(--idle-seconds 5 --scrapes 20 --prometheus no "${extra[@]}")
+  # The churn phases too (tools/bench/churn_phases.py), in a few seconds each: this checks that
+  # the fake API's churn endpoints and the copied old bucket hash work, not what they cost.
+  extra=(--idle-seconds 5 --scrapes 20 --prometheus no
+         --churn-phases all --phase-seconds 2 --probes 3 --crowd 50 --burst-rounds 1 "${extra[@]}")
 elif ((${#sizes[@]} == 0)); then
   sizes=(1000 10000 100000)
 fi

@@ -69,6 +69,14 @@ pub struct Cli {
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_EXPORT_LOCK_AGE", global = true)]
     pub export_lock_age: bool,
 
+    /// Also export the per-object series of idle objects (no held lock, no
+    /// force-unlock seen, no verdict mismatch, no pending plan): held 0,
+    /// their timeouts, CAPTF's condition. Off by default: an idle object
+    /// says nothing, and its series cost the Prometheus that stores them
+    /// several samples per object and scrape (docs/decisions/series-that-say-something.md).
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_EXPORT_IDLE_OBJECTS", global = true)]
+    pub export_idle_objects: bool,
+
     /// Resources not to watch, comma-separated, named as in the `resource`
     /// label (e.g. terraformmachinepools where that CRD is not installed).
     /// A skipped resource exports no watch series and does not hold back

@@ -3,7 +3,8 @@
 //!
 //! The flow is one-way: `watch` turns API objects into trimmed entries and
 //! feeds them to the `index`; the `pod_reads` task confirms stale verdicts with
-//! live pod reads; `metrics` renders the index at scrape time; `server`
+//! live pod reads; `metrics` keeps the exposition rendered as the index
+//! changes (a scrape copies the newest rendering); `server`
 //! serves it. `core` holds the pure rules mirrored from CAPTF. `shared` is
 //! the state those tasks share, `supervise` keeps them running, `deadlines`
 //! logs overdue locks. See docs/architecture.md.

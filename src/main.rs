@@ -167,6 +167,7 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             shared.clone(),
             captf_lock_exporter::metrics::Exposition {
                 lock_age: cli.export_lock_age,
+                idle_objects: cli.export_idle_objects,
             },
             endpoint,
             stop_rx,

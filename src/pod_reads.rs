@@ -1,7 +1,13 @@
 //! Confirms "holder pod not live" verdicts with a live read before a lock is
 //! reported stale, as CAPTF's own stale check reads the pod uncached.
+//!
+//! A read RBAC refuses (403: `get pods` never granted, or revoked) leaves
+//! its lock `own_unverified`; it is logged at warn once per namespace and
+//! episode ([`RefusedReads`]), naming the verb, the resource and the
+//! namespace as the watch errors do, and the end of the episode (a read
+//! there answered again) is one line with the number refused.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,13 +37,27 @@ pub async fn read_pod_on(
     namespace: &str,
     name: &str,
 ) -> PodRead {
+    fetch_pod(client, link, namespace, name).await.0
+}
+
+/// A read that RBAC refused (403), with the API server's message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused(pub String);
+
+/// [`read_pod_on`], also saying whether a failed read was refused by RBAC.
+async fn fetch_pod(
+    client: &Client,
+    link: Option<&ApiLink>,
+    namespace: &str,
+    name: &str,
+) -> (PodRead, Option<Refused>) {
     // The name comes from lock-info: only a DNS-1123 name goes into a path
     // (kube pastes it unescaped, so `/` or `?` would steer the request).
     // What CAPTF's own read of any other name gives is known without one.
     match check_pod_name(name) {
         PodName::Valid => {}
-        PodName::RefusedByClient => return PodRead::Failed,
-        PodName::CannotExist => return PodRead::Gone,
+        PodName::RefusedByClient => return (PodRead::Failed, None),
+        PodName::CannotExist => return (PodRead::Gone, None),
     }
     let api: Api<PodObject> = crate::watch::api_of(client, Some(namespace), Resource::Pods, "v1");
     // The client retries 429/503/504 on its own for minutes; a verdict that
@@ -49,22 +69,70 @@ pub async fn read_pod_on(
             if let Some(link) = link {
                 link.reset_connections();
             }
-            return PodRead::Failed;
+            return (PodRead::Failed, None);
         }
     };
     match got {
         Ok(pod) => {
             let phase = pod.status.as_ref().map_or("", |s| s.phase.as_str());
             if is_terminal_phase(phase) {
-                PodRead::Finished
+                (PodRead::Finished, None)
             } else {
-                PodRead::Live
+                (PodRead::Live, None)
             }
         }
-        Err(kube::Error::Api(s)) if s.code == 404 => PodRead::Gone,
+        Err(kube::Error::Api(s)) if s.code == 404 => (PodRead::Gone, None),
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            tracing::debug!(namespace, pod = name, error = %s.message, "live pod read refused");
+            (PodRead::Failed, Some(Refused(s.message)))
+        }
         Err(err) => {
             tracing::debug!(namespace, pod = name, error = %err, "live pod read failed");
-            PodRead::Failed
+            (PodRead::Failed, None)
+        }
+    }
+}
+
+/// Namespaces whose live pod reads RBAC refuses, each with the reads
+/// refused since the episode began. Bounded by the namespaces holder pods
+/// are read in (those with held locks in the watched namespaces).
+#[derive(Debug, Default)]
+pub struct RefusedReads {
+    refused: HashMap<String, u64>,
+}
+
+impl RefusedReads {
+    /// One read's answer in `namespace`: a refusal starts an episode there
+    /// (one warning) or adds to it; a read the API server answered (the
+    /// pod found, finished or gone) ends it (one line with the count).
+    /// A failure that is not a refusal (timeout, 5xx) changes nothing.
+    pub fn record(&mut self, namespace: &str, read: PodRead, refused: Option<&Refused>) {
+        match (read, refused) {
+            (_, Some(Refused(message))) => {
+                if let Some(n) = self.refused.get_mut(namespace) {
+                    *n += 1;
+                    return;
+                }
+                self.refused.insert(namespace.to_string(), 1);
+                tracing::warn!(
+                    verb = "get",
+                    resource = "pods",
+                    namespace,
+                    error = %message,
+                    "access denied: RBAC does not let this exporter's identity get pods in {namespace}, so holder pods there cannot be read live and their locks stay own_unverified; grant get on pods (the chart's ClusterRole, or a Role in the namespace). Logged once until a read there is answered again"
+                );
+            }
+            (PodRead::Failed, None) => {}
+            (PodRead::Live | PodRead::Finished | PodRead::Gone, None) => {
+                if let Some(refused) = self.refused.remove(namespace) {
+                    tracing::info!(
+                        resource = "pods",
+                        namespace,
+                        refused,
+                        "live pod reads in {namespace} are answered again"
+                    );
+                }
+            }
         }
     }
 }
@@ -124,7 +192,7 @@ impl ReadQueue {
     }
 }
 
-fn lock_queue(q: &Mutex<ReadQueue>) -> std::sync::MutexGuard<'_, ReadQueue> {
+fn lock_queue<T>(q: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Nothing panics while holding it; recover the one way if it ever did.
     match q.lock() {
         Ok(g) => g,
@@ -149,6 +217,7 @@ pub async fn run(
     let mut pace = tokio::time::interval(Duration::from_secs(1) / reads_per_second.max(1));
     pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let queue = Arc::new(Mutex::new(ReadQueue::default()));
+    let refusals = Arc::new(Mutex::new(RefusedReads::default()));
     let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut tick = tokio::time::interval(recheck);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -188,10 +257,11 @@ pub async fn run(
                     continue;
                 };
                 let (shared, client, queue) = (shared.clone(), client.clone(), queue.clone());
-                let api = api.clone();
+                let (api, refusals) = (api.clone(), refusals.clone());
                 tokio::spawn(async move {
-                    let read =
-                        read_pod_on(&client, Some(&api), &pod.namespace, &pod.name).await;
+                    let (read, refused) =
+                        fetch_pod(&client, Some(&api), &pod.namespace, &pod.name).await;
+                    lock_queue(&refusals).record(&pod.namespace, read, refused.as_ref());
                     shared.health.on_pod_read(match read {
                         PodRead::Live | PodRead::Finished => ReadResult::Found,
                         PodRead::Gone => ReadResult::NotFound,

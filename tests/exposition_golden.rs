@@ -21,6 +21,12 @@
 //! as the fleet needs, 16 here), names still ordered within it:
 //! re-blessed, the same lines, 32 of them in another place.
 //!
+//! The golden files hold every known object's series (as with
+//! `--export-idle-objects`). The default exposition, with series only for
+//! objects that have something to tell, is checked against them: the
+//! same lines less those this file names by hand (the idle objects' and
+//! the force-unlock counters still at 0 with no Event seen).
+//!
 //! Since issue 49 the web lock's runner pod is bound to a Node that
 //! stopped reporting (`captf_state_lock_holder_node_lost_timestamp_seconds`)
 //! and the invalid node-name counter is shown: re-blessed, the new lines
@@ -46,7 +52,7 @@ use captf_lock_exporter::index::{
     Effects, ForceUnlockEvent, Index, IndexResource, LockLease, NodeEntry, ObjectKey, PodNode,
     PodRead, PodState, Resource, TfObject,
 };
-use captf_lock_exporter::metrics::{render_at, Format};
+use captf_lock_exporter::metrics::{render_at, render_with, Exposition, Format};
 use captf_lock_exporter::shared::Shared;
 
 /// When every change is applied (first-seen times come from here).
@@ -355,7 +361,11 @@ fn normalise(text: &str, version: &str) -> String {
 
 fn check(format: Format, file: &str) {
     let shared = fixed_state();
-    let text = match render_at(&shared, format, scrape_time()) {
+    let everything = Exposition {
+        idle_objects: true,
+        ..Exposition::default()
+    };
+    let text = match render_with(&shared, format, scrape_time(), everything) {
         Ok(t) => normalise(&t, captf_lock_exporter::VERSION),
         Err(e) => panic!("render failed: {e}"),
     };
@@ -365,6 +375,62 @@ fn check(format: Format, file: &str) {
         "CAPTF_BLESS_GOLDEN",
         &format!("the exposition changed\n--- got ---\n{text}"),
     );
+    let sparse = match render_at(&shared, format, scrape_time()) {
+        Ok(t) => normalise(&t, captf_lock_exporter::VERSION),
+        Err(e) => panic!("render failed: {e}"),
+    };
+    let want = without_idle_objects(&text);
+    assert!(
+        sparse == want,
+        "the default exposition is not the golden one less idle objects\n--- got ---\n{sparse}\n--- want ---\n{want}"
+    );
+}
+
+/// The families written per object (not per held lock).
+const PER_OBJECT: [&str; 9] = [
+    "captf_state_lock_held{",
+    "captf_state_lock_timeout_seconds{",
+    "captf_state_lock_deadline_seconds{",
+    "captf_state_lock_captf_condition{",
+    "captf_state_lock_verdict_mismatch{",
+    "captf_state_lock_job_active{",
+    "captf_state_lock_plan_pending{",
+    "captf_state_lock_force_unlocks_total{",
+    "captf_state_lock_last_force_unlock_timestamp_seconds{",
+];
+
+/// The objects of [`fixed_state`] with nothing to tell: a free lock, no
+/// force-unlock, no mismatch, no pending plan.
+const IDLE: [&str; 2] = [
+    r#"namespace="ns2",kind="TerraformMachine",name="idle""#,
+    r#"namespace="ns1",kind="TerraformCluster",name="prod""#,
+];
+
+/// `full` less the idle objects' per-object lines and the force-unlock
+/// counters at 0 with no Event time.
+fn without_idle_objects(full: &str) -> String {
+    let labels = |line: &str| {
+        let start = line.find('{').map_or(0, |i| i + 1);
+        let end = line.rfind('}').unwrap_or(line.len());
+        line[start..end].to_string()
+    };
+    let timed: Vec<String> = full
+        .lines()
+        .filter(|l| l.starts_with("captf_state_lock_last_force_unlock_timestamp_seconds{"))
+        .map(labels)
+        .collect();
+    let mut out = String::new();
+    for line in full.split_inclusive('\n') {
+        let per_object = PER_OBJECT.iter().any(|p| line.starts_with(p));
+        let idle = per_object && IDLE.iter().any(|o| labels(line).starts_with(o));
+        let unseen_counter = line.starts_with("captf_state_lock_force_unlocks_total{")
+            && line.trim_end().ends_with(" 0")
+            && !timed.contains(&labels(line));
+        if !idle && !unseen_counter {
+            out.push_str(line);
+        }
+    }
+    out
 }
 
 #[test]

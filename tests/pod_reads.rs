@@ -125,3 +125,96 @@ async fn the_read_queue_holds_each_pod_once_through_a_hung_api() {
         "only {after} of {LOCKS} pods read after recovery"
     );
 }
+
+/// Log lines, written by a `fmt` subscriber while it is the default.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn lines(&self, with: &[&str]) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| with.iter().all(|w| l.contains(w)))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Issue 51, item 8: a live pod read answered 403 (`get pods` never
+/// granted, or revoked) was logged at debug only: with the default level
+/// an operator saw own_unverified locks and a counter, and no line naming
+/// the missing permission. Now a warning, once per episode, naming the
+/// verb, the resource and the namespace; a read that is answered again
+/// ends the episode (one line), and the next refusal is a new warning.
+#[tokio::test(start_paused = true)]
+async fn a_refused_pod_read_is_one_warning_per_episode_naming_the_permission() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let allowed = Arc::new(AtomicBool::new(false));
+    let a = allowed.clone();
+    let api = FakeApi::new(move |path, is_watch, _| match (path, is_watch) {
+        (LEASES, false) => Reply::Json(
+            200,
+            list(vec![lease("web", Some(&format!("x@{WEB_POD}")), 1)], 5),
+        ),
+        (MACHINES, false) => Reply::Json(200, list(vec![machine("web", 3)], 5)),
+        (PODS, false) => Reply::Json(200, list(vec![], 5)),
+        (LEASES | MACHINES | PODS, true) => open_watch(),
+        // The runner pod is gone; whether the exporter may read it is RBAC's.
+        (p, false) if p.starts_with(POD_PREFIX) => {
+            if a.load(Ordering::SeqCst) {
+                Reply::Json(404, status(404, "NotFound"))
+            } else {
+                Reply::Json(403, status(403, "Forbidden"))
+            }
+        }
+        _ => not_served(),
+    });
+    let (shared, rx) = Shared::new();
+    let ctx = Arc::new(watch::Context::default());
+    // A re-check every 10 s, as in production: each one reads the pod again.
+    start_on(api.client(), &shared, &ctx, rx, Duration::from_secs(10), 50);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let refused = pod_reads(&api).len();
+    assert!(refused >= 3, "{refused} reads in a minute");
+    let text = scrape(&shared);
+    assert!(has_lock(&text, "web", "own_unverified"), "{text}");
+    let denied = logs.lines(&["WARN", "get", "pods", NS]);
+    assert_eq!(
+        denied.len(),
+        1,
+        "{refused} refused reads: one warning naming verb, resource and namespace, got {denied:#?}\nall:\n{}",
+        logs.lines(&[]).join("\n")
+    );
+    // Granted again: the pod is read (gone: stale), and the episode ends.
+    allowed.store(true, Ordering::SeqCst);
+    let text = wait_for(&shared, "the stale verdict", 30, |t| {
+        has_lock(t, "web", "own_stale")
+    })
+    .await;
+    assert!(has_lock(&text, "web", "own_stale"), "{text}");
+    assert_eq!(
+        logs.lines(&["INFO", "pods", NS, "refused=", "answered again"])
+            .len(),
+        1,
+        "{}",
+        logs.lines(&[]).join("\n")
+    );
+    api.assert_only_get();
+}

@@ -108,7 +108,7 @@ and judges lost nodes on pod evidence alone.
 {{- uniq $skip | join "," }}
 {{- end }}
 
-{{/* Where web.tls.secretName is mounted (tls.crt, tls.key). */}}
+{{/* Where the certificate's Secret is mounted (tls.crt, tls.key). */}}
 {{- define "captf-lock-exporter.tlsDir" -}}
 /etc/captf-lock-exporter/tls
 {{- end }}
@@ -136,4 +136,45 @@ they are a ClusterRole also when watchNamespaces limits the reads.
 - apiGroups: ["authorization.k8s.io"]
   resources: ["subjectaccessreviews"]
   verbs: ["create"]
+{{- end }}
+
+{{/*
+The Secret holding the serving certificate (tls.crt, tls.key) as
+web.tls.type says; empty for selfSigned (made by the exporter at start).
+*/}}
+{{- define "captf-lock-exporter.tlsSecretName" -}}
+{{- $tls := .Values.web.tls }}
+{{- if not $tls.enabled }}
+{{- else if or (eq $tls.type "helm") (eq $tls.type "certManager") }}
+{{- printf "%s-tls" (include "captf-lock-exporter.fullname" .) }}
+{{- else if eq $tls.type "existingSecret" }}
+{{- required "web.tls.existingSecret.name is required with web.tls.type=existingSecret" $tls.existingSecret.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The CA the ServiceMonitor trusts by default, as YAML (a SecretKeySelector
+under `secret`), or nothing when web.tls.type gives none.
+*/}}
+{{- define "captf-lock-exporter.defaultCA" -}}
+{{- $tls := .Values.web.tls }}
+{{- if or (eq $tls.type "helm") (eq $tls.type "certManager") }}
+secret:
+  name: {{ include "captf-lock-exporter.tlsSecretName" . }}
+  key: ca.crt
+{{- else if and (eq $tls.type "existingSecret") $tls.existingSecret.caKey }}
+secret:
+  name: {{ include "captf-lock-exporter.tlsSecretName" . }}
+  key: {{ $tls.existingSecret.caKey }}
+{{- end }}
+{{- end }}
+
+{{/* The DNS names the serving certificate carries (one per line). */}}
+{{- define "captf-lock-exporter.tlsDNSNames" -}}
+{{- $fullname := include "captf-lock-exporter.fullname" . }}
+{{- $ns := include "captf-lock-exporter.namespace" . }}
+{{- $fullname }}
+{{ printf "%s.%s" $fullname $ns }}
+{{ printf "%s.%s.svc" $fullname $ns }}
+{{ printf "%s.%s.svc.%s" $fullname $ns .Values.web.tls.clusterDomain }}
 {{- end }}

@@ -70,6 +70,7 @@ impl Store {
             "objects": self.fleet.objects,
             "clusters": self.fleet.clusters,
             "namespaces": self.fleet.namespaces,
+            "captf_status": self.fleet.captf_status,
             "page_size": self.page_size,
             "items": counts,
             "bytes": bytes,

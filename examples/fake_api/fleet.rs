@@ -45,6 +45,8 @@ pub(crate) struct Fleet {
     pub(crate) namespaces: usize,
     pub(crate) held_every: usize,
     pub(crate) started: i64,
+    /// Objects start with CAPTF's status (`--captf-status`).
+    pub(crate) captf_status: bool,
 }
 
 /// One Terraform object of the fleet.
@@ -57,7 +59,7 @@ pub(crate) struct Obj {
 }
 
 impl Fleet {
-    pub(crate) fn new(objects: usize, held_fraction: f64) -> Fleet {
+    pub(crate) fn new(objects: usize, held_fraction: f64, captf_status: bool) -> Fleet {
         let clusters = (objects / 100).max(1);
         let held_every = if held_fraction <= 0.0 {
             usize::MAX
@@ -70,6 +72,7 @@ impl Fleet {
             namespaces: clusters.min(100),
             held_every,
             started: Utc::now().timestamp(),
+            captf_status,
         }
     }
 

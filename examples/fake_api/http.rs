@@ -99,6 +99,11 @@ impl Store {
         let path = req.uri().path().to_owned();
         let q = params(req.uri().query().unwrap_or_default());
         let method = req.method().clone();
+        if method == Method::POST {
+            if let Some(reply) = self.churn(&path, &q) {
+                return reply;
+            }
+        }
         match (method, path.as_str()) {
             (Method::GET, "/_stats") => return json_reply(StatusCode::OK, &self.stats()),
             (Method::GET, "/_info") => return json_reply(StatusCode::OK, &self.info()),
@@ -124,10 +129,7 @@ impl Store {
             (Method::GET, "/_objects") => return json_reply(StatusCode::OK, &self.objects()),
             (Method::POST, "/_change/release") => {
                 let key = q.get("lease").cloned().unwrap_or_default();
-                return self.change(Resource::Leases, &key, |g| match g {
-                    Gen::Lease { i, held: Some(_) } => Some(Gen::Lease { i, held: None }),
-                    _ => None,
-                });
+                return self.change(Resource::Leases, &key, |g| with_lock(g, None));
             }
             (Method::POST, "/_change/lock") => {
                 let key = q.get("lease").cloned().unwrap_or_default();
@@ -143,13 +145,7 @@ impl Store {
                     who: who.clone(),
                     created,
                 };
-                return self.change(Resource::Leases, &key, |g| match g {
-                    Gen::Lease { i, held: None } => Some(Gen::Lease {
-                        i,
-                        held: Some(lock),
-                    }),
-                    _ => None,
-                });
+                return self.change(Resource::Leases, &key, |g| with_lock(g, Some(lock)));
             }
             (Method::POST, "/_change/pod-failed" | "/_change/pod-phase") => {
                 let key = q.get("pod").cloned().unwrap_or_default();
@@ -199,7 +195,8 @@ impl Store {
                 let Some(i) = q.get("i").and_then(|v| v.parse().ok()) else {
                     return status(400, "BadRequest", "create needs i");
                 };
-                let r = self.add(self.terraform_resource(i), Gen::Terraform { i });
+                let edit = TfEdit::initial(&self.fleet, i);
+                let r = self.add(self.terraform_resource(i), Gen::Terraform { i, edit });
                 if r.status() != StatusCode::OK {
                     return r;
                 }

@@ -51,6 +51,10 @@
 //!   the changes ends the same way);
 //! - `GET /_objects`: the live Terraform objects with their Lease and lock
 //!   (holder `Who`, lock ID), and the live pods with their phase;
+//! - `POST /_change/tc-job`, `/_change/tc-label`, `/_change/lease-add`:
+//!   a Job starting or ending on a Terraform object (its status as CAPTF
+//!   writes it), its cluster label changed, a lock Lease under any name
+//!   (module `churn`);
 //! - `PUT /_static` stores a body that `GET /_static` then serves as is (the
 //!   bench's static-bytes anchor).
 //!
@@ -63,6 +67,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use hyper_util::rt::TokioIo;
 
+mod churn;
 mod control;
 mod fleet;
 mod http;
@@ -70,6 +75,7 @@ mod objects;
 mod reads;
 mod store;
 
+pub(crate) use churn::*;
 pub(crate) use fleet::*;
 pub(crate) use http::*;
 pub(crate) use objects::*;
@@ -92,6 +98,12 @@ struct Args {
     /// Seconds between BOOKMARK events on an open watch.
     #[arg(long, default_value_t = 30)]
     bookmark_seconds: u64,
+    /// Every Terraform object starts with the status CAPTF would have
+    /// written: a StateReadable condition agreeing with its lock, and
+    /// status.activeJob where its runner pod is Running (a real fleet's
+    /// objects carry them; without this flag they carry neither).
+    #[arg(long)]
+    captf_status: bool,
     /// List page size whose pages are assembled at start (the exporter's).
     #[arg(long, default_value_t = 500)]
     page_size: usize,
@@ -101,7 +113,7 @@ struct Args {
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let t = Instant::now();
-    let fleet = Fleet::new(args.objects, args.held_fraction);
+    let fleet = Fleet::new(args.objects, args.held_fraction, args.captf_status);
     let store = Arc::new(build(
         fleet,
         args.page_size.max(1),

@@ -8,6 +8,44 @@ use sha2::{Digest, Sha256};
 
 use crate::*;
 
+/// The lock-info of a held lock: (ID, Who, Created, the Lease's
+/// holderIdentity).
+type LockInfo = (
+    String,
+    String,
+    Option<chrono::DateTime<chrono::Utc>>,
+    String,
+);
+
+/// The lock-info of object `i`'s lock held as `lock` (its Lease `name`).
+fn lock_info(f: &Fleet, i: usize, name: &str, lock: &Lock) -> LockInfo {
+    match lock {
+        Lock::Fleet(holder) => {
+            let who = who(&f.obj(i), i, *holder);
+            let age = 60 + (i as i64 * 37) % 7200;
+            (
+                uid(&format!("{name}/{who}")),
+                who,
+                chrono::DateTime::from_timestamp(f.started - age, 315_668_626),
+                uid(&format!("lock/{name}")),
+            )
+        }
+        Lock::Custom { id, who, created } => (
+            id.clone(),
+            who.clone(),
+            chrono::DateTime::from_timestamp(*created, 0),
+            id.clone(),
+        ),
+    }
+}
+
+/// The lock ID of object `i`'s lock held as `lock`.
+pub(crate) fn lock_id_of(f: &Fleet, i: usize, lock: &Lock) -> String {
+    let o = f.obj(i);
+    let name = lock_lease_name(&state_suffix(&o.namespace, o.kind, &o.name));
+    lock_info(f, i, &name, lock).0
+}
+
 pub(crate) fn lease_json(
     f: &Fleet,
     i: usize,
@@ -17,47 +55,97 @@ pub(crate) fn lease_json(
     let o = f.obj(i);
     let suffix = state_suffix(&o.namespace, o.kind, &o.name);
     let name = lock_lease_name(&suffix);
-    let created = f.started - 86_400 - (i as i64 % 86_400);
+    let info = held.map(|lock| lock_info(f, i, &name, lock));
+    let lease = LeaseParts {
+        namespace: &o.namespace,
+        name: &name,
+        kind: o.kind.as_str(),
+        owner_name: Some(owner_name_label_value(&o.name)),
+        created: f.started - 86_400 - (i as i64 % 86_400),
+        updated: f.started - (i as i64 % 3600),
+    };
+    (
+        o.namespace.clone(),
+        name.clone(),
+        lease_object(&lease, info, rv),
+    )
+}
+
+/// A lock Lease not made from the fleet's generator (`/_change/lease-add`):
+/// any name in any namespace, as a tenant may create it.
+pub(crate) fn named_lease_json(
+    f: &Fleet,
+    namespace: &str,
+    name: &str,
+    held: Option<&Lock>,
+    rv: u64,
+) -> (String, String, Value) {
+    let info = held.map(|lock| match lock {
+        Lock::Custom { id, who, created } => (
+            id.clone(),
+            who.clone(),
+            chrono::DateTime::from_timestamp(*created, 0),
+            id.clone(),
+        ),
+        // Fleet holders are tied to a fleet object; a named Lease has none.
+        Lock::Fleet(_) => (
+            uid(&format!("{namespace}/{name}")),
+            "tenant@laptop-0".to_owned(),
+            chrono::DateTime::from_timestamp(f.started - 600, 0),
+            uid(&format!("lock/{namespace}/{name}")),
+        ),
+    });
+    let lease = LeaseParts {
+        namespace,
+        name,
+        kind: "TerraformMachine",
+        owner_name: None,
+        created: f.started - 3600,
+        updated: f.started - 60,
+    };
+    (
+        namespace.to_owned(),
+        name.to_owned(),
+        lease_object(&lease, info, rv),
+    )
+}
+
+/// What a lock Lease's JSON is made of besides its lock.
+struct LeaseParts<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    kind: &'a str,
+    owner_name: Option<String>,
+    created: i64,
+    updated: i64,
+}
+
+fn lease_object(l: &LeaseParts<'_>, info: Option<LockInfo>, rv: u64) -> Value {
+    let name = l.name;
     let mut labels = json!({
         "tfstate": "true",
-        OWNER_KIND: o.kind.as_str(),
-        OWNER_NAME: owner_name_label_value(&o.name),
+        OWNER_KIND: l.kind,
         "app.kubernetes.io/managed-by": "terraform",
     });
     let mut managed_labels = json!({
         "f:tfstate": {},
         format!("f:{OWNER_KIND}"): {},
-        format!("f:{OWNER_NAME}"): {},
         "f:app.kubernetes.io/managed-by": {},
     });
+    if let Some(owner) = &l.owner_name {
+        labels[OWNER_NAME] = json!(owner);
+        managed_labels[format!("f:{OWNER_NAME}")] = json!({});
+    }
     let mut meta = json!({
         "name": name,
-        "namespace": o.namespace,
-        "uid": uid(&name),
+        "namespace": l.namespace,
+        "uid": uid(name),
         "resourceVersion": rv.to_string(),
-        "creationTimestamp": ts(created),
+        "creationTimestamp": ts(l.created),
     });
     let mut spec = json!({});
     let mut fields_meta = json!({});
-    if let Some(lock) = held {
-        let (id, who, created, holder_identity) = match lock {
-            Lock::Fleet(holder) => {
-                let who = who(&o, i, *holder);
-                let age = 60 + (i as i64 * 37) % 7200;
-                (
-                    uid(&format!("{name}/{who}")),
-                    who,
-                    chrono::DateTime::from_timestamp(f.started - age, 315_668_626),
-                    uid(&format!("lock/{name}")),
-                )
-            }
-            Lock::Custom { id, who, created } => (
-                id.clone(),
-                who.clone(),
-                chrono::DateTime::from_timestamp(*created, 0),
-                id.clone(),
-            ),
-        };
+    if let Some((id, who, created, holder_identity)) = info {
         let info = json!({
             "ID": id,
             "Operation": "OperationTypeApply",
@@ -86,17 +174,16 @@ pub(crate) fn lease_json(
         "manager": "terraform",
         "operation": "Update",
         "apiVersion": "coordination.k8s.io/v1",
-        "time": ts(f.started - (i as i64 % 3600)),
+        "time": ts(l.updated),
         "fieldsType": "FieldsV1",
         "fieldsV1": {"f:metadata": fields_meta, "f:spec": {"f:holderIdentity": {}}},
     }]);
-    let obj = json!({
+    json!({
         "kind": "Lease",
         "apiVersion": "coordination.k8s.io/v1",
         "metadata": meta,
         "spec": spec,
-    });
-    (o.namespace, name, obj)
+    })
 }
 
 pub(crate) fn pod_json(
@@ -229,7 +316,12 @@ pub(crate) fn jobs(i: usize) -> Value {
     json!({"lockTimeoutSeconds": 1800 + (i % 4) * 600, "activeDeadlineSeconds": 3600})
 }
 
-pub(crate) fn terraform_json(f: &Fleet, i: usize, rv: u64) -> (String, String, Value) {
+pub(crate) fn terraform_json(
+    f: &Fleet,
+    i: usize,
+    edit: &TfEdit,
+    rv: u64,
+) -> (String, String, Value) {
     let o = f.obj(i);
     let at = f.started - 86_400 - (i as i64 % 86_400);
     let mut spec = json!({
@@ -244,6 +336,7 @@ pub(crate) fn terraform_json(f: &Fleet, i: usize, rv: u64) -> (String, String, V
         "lastAppliedRevision": "v2.14.1",
         "outputs": {"address": format!("10.{}.{}.{}", i % 250, (i / 250) % 250, i % 200)},
     });
+    edit.apply_status(&o, &mut status);
     if o.kind == Kind::TerraformCluster {
         if i % 3 == 0 {
             spec["jobs"] = jobs(i);
@@ -270,7 +363,7 @@ pub(crate) fn terraform_json(f: &Fleet, i: usize, rv: u64) -> (String, String, V
             "resourceVersion": rv.to_string(),
             "generation": 3,
             "creationTimestamp": ts(at),
-            "labels": {"cluster.x-k8s.io/cluster-name": o.cluster},
+            "labels": {"cluster.x-k8s.io/cluster-name": edit.cluster_label.as_ref().unwrap_or(&o.cluster)},
             "annotations": {"captf.io/last-applied-hash": hex::encode(&Sha256::digest(o.name.as_bytes())[..16])},
             "finalizers": ["captf.infrastructure.cluster.x-k8s.io/finalizer"],
             "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": if o.kind == Kind::TerraformCluster { "Cluster" } else { "Machine" }, "name": o.name, "uid": uid(&format!("owner/{}", o.name)), "controller": true, "blockOwnerDeletion": true}],

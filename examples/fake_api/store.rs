@@ -30,6 +30,13 @@ pub(crate) enum Gen {
     },
     Terraform {
         i: usize,
+        edit: TfEdit,
+    },
+    /// A lock Lease by name, not one of the fleet's (`/_change/lease-add`).
+    NamedLease {
+        namespace: String,
+        name: String,
+        held: Option<Lock>,
     },
     Other,
 }
@@ -45,7 +52,12 @@ impl Gen {
                 attempt,
                 phase,
             } => pod_json(f, *i, *history, *attempt, phase, rv),
-            Gen::Terraform { i } => terraform_json(f, *i, rv),
+            Gen::Terraform { i, edit } => terraform_json(f, *i, edit, rv),
+            Gen::NamedLease {
+                namespace,
+                name,
+                held,
+            } => named_lease_json(f, namespace, name, held.as_ref(), rv),
             Gen::Other => return None,
         })
     }
@@ -232,9 +244,10 @@ pub(crate) fn build(fleet: Fleet, page_size: usize, bookmark_every: Duration) ->
         if let Some(t) = tables.get_mut(&Resource::Leases) {
             t.push(lease, Gen::Lease { i, held: lock });
         }
-        let tf = terraform_json(&fleet, i, next());
+        let edit = TfEdit::initial(&fleet, i);
+        let tf = terraform_json(&fleet, i, &edit, next());
         if let Some(t) = tables.get_mut(&resource) {
-            t.push(tf, Gen::Terraform { i });
+            t.push(tf, Gen::Terraform { i, edit });
         }
         if let Some(t) = tables.get_mut(&Resource::Pods) {
             if o.held == Some(Holder::OwnAlive) {

@@ -95,9 +95,9 @@ function(c)
               1,
               'Lock',
               { h: 4, w: 4, x: 0, y: 0 },
-              "Whether the object's state lock is held (captf_state_lock_held).",
+              "Whether the object's state lock is held (captf_state_lock_held). An object with nothing to tell (its lock free, nothing else) has no series: shown as free.",
               [
-                g.target(q('max(captf_state_lock_held{%(object)s})'), 'A', legend='held'),
+                g.target(q('max(captf_state_lock_held{%(object)s}) or on () vector(0)'), 'A', legend='held'),
               ]) + {
         fieldConfig+: {
           defaults+: {
@@ -602,6 +602,7 @@ function(c)
         options: {
           alignValue: 'left',
           legend: {
+            calcs: [],
             displayMode: 'list',
             placement: 'bottom',
             showLegend: false,

@@ -18,6 +18,7 @@
         fields: '',
         values: false,
       },
+      percentChangeColorMode: 'standard',
       showPercentChange: false,
       wideLayout: true,
     },
@@ -47,6 +48,7 @@
     },
     options: {
       cellHeight: 'sm',
+      frameIndex: 0,
       showHeader: true,
     },
   },

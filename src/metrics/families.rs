@@ -11,14 +11,16 @@ use bytes::Bytes;
 use prometheus_client::registry::Registry;
 
 use super::gzip::Piece;
+pub(super) use super::key_families::*;
+use super::render::{Lines, Subject};
 use super::{Exposition, Format};
 use crate::core::classify::HolderClass;
 use crate::health::Health;
 use crate::index::{unix_seconds, Resource};
 
-/// One metric family: everything the exposition says of it but its series.
-/// The name is without the `_total` a counter's series get.
-#[derive(Debug)]
+/// One metric family: everything the exposition says of it, and the
+/// writer of its lines of one lock key. The name is without the `_total`
+/// a counter's series get.
 pub(super) struct Family {
     name: &'static str,
     help: &'static str,
@@ -26,6 +28,18 @@ pub(super) struct Family {
     /// A count since the exporter started (its series named with
     /// `_total`), else a gauge.
     counter: bool,
+    /// The heading docs/metrics.md lists it under.
+    group: &'static str,
+    /// Shown only with this exposition option (`--export-lock-age`).
+    optional: Option<fn(Exposition) -> bool>,
+    /// Writes its lines of one lock key.
+    pub(super) write: fn(&Subject<'_>, &mut Lines<'_>),
+}
+
+impl std::fmt::Debug for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Family").field("name", &self.name).finish()
+    }
 }
 
 /// A sample value.
@@ -52,6 +66,9 @@ impl Family {
 
     /// One sample line; `values` in the order of the label names.
     pub(super) fn line(&self, out: &mut Vec<u8>, values: &[&str], sample: Sample) {
+        // A value without its label name (or the reverse) would shift
+        // every later pair: caught by each family's test.
+        debug_assert_eq!(values.len(), self.labels.len(), "{}", self.name);
         out.extend_from_slice(self.name.as_bytes());
         if self.counter {
             out.extend_from_slice(b"_total");
@@ -82,13 +99,35 @@ impl Family {
         }
     }
 
-    fn doc(&self, group: &'static str) -> FamilyDoc {
+    /// The same family, shown only when `on` says so for the exposition.
+    pub(super) const fn only_with(mut self, on: fn(Exposition) -> bool) -> Family {
+        self.optional = Some(on);
+        self
+    }
+
+    /// Whether `exposition` shows this family.
+    pub(super) fn shown(&self, exposition: Exposition) -> bool {
+        self.optional.is_none_or(|on| on(exposition))
+    }
+
+    /// The label names, in exposition order.
+    #[cfg(test)]
+    pub(super) fn labels(&self) -> &'static [&'static str] {
+        self.labels
+    }
+
+    /// The series name (a counter's with `_total`).
+    pub(super) fn series_name(&self) -> String {
+        match self.counter {
+            true => format!("{}_total", self.name),
+            false => self.name.to_string(),
+        }
+    }
+
+    fn doc(&self) -> FamilyDoc {
         FamilyDoc {
-            group,
-            name: match self.counter {
-                true => format!("{}_total", self.name),
-                false => self.name.to_string(),
-            },
+            group: self.group,
+            name: self.series_name(),
             kind: self.kind(),
             labels: self.labels.to_vec(),
             help: self.help,
@@ -128,16 +167,9 @@ pub struct FamilyDoc {
 /// self-metric counters of [`Health::register_counters`] are not among
 /// them; the docs test reads those from their encoding.
 pub fn family_docs() -> Vec<FamilyDoc> {
-    const LOCK: &str = "Per held lock";
-    const OBJECT: &str = "Per known object";
-    let mut docs: Vec<FamilyDoc> = KEY_FAMILIES
-        .iter()
-        .enumerate()
-        .map(|(i, f)| f.doc(if i < HELD_AT { LOCK } else { OBJECT }))
-        .collect();
-    docs.push(HELD_PER_CLASS.doc("Overview"));
-    for f in [&BUILD_INFO, &WATCH_UP, &WATCH_LAST_SUCCESS] {
-        docs.push(f.doc("The exporter itself"));
+    let mut docs: Vec<FamilyDoc> = KEY_FAMILIES.iter().map(|f| f.doc()).collect();
+    for f in [&HELD_PER_CLASS, &BUILD_INFO, &WATCH_UP, &WATCH_LAST_SUCCESS] {
+        docs.push(f.doc());
     }
     docs
 }
@@ -160,10 +192,6 @@ pub(super) const KEY_FAMILIES: [&Family; 15] = [
     &FORCE_UNLOCKS,
     &LAST_FORCE_UNLOCK,
 ];
-/// Where [`LOCK_AGE`] (only with `--export-lock-age`) is in [`KEY_FAMILIES`].
-pub(super) const LOCK_AGE_AT: usize = 2;
-/// Where the per-object families start in [`KEY_FAMILIES`].
-pub(super) const HELD_AT: usize = 6;
 
 /// Every key family's header lines per format, plain and as a stored
 /// gzip piece; made once.
@@ -182,148 +210,74 @@ pub(super) fn headers(format: Format) -> &'static [(Bytes, Piece)] {
     &HEADERS[format.slot()]
 }
 
-/// Whether the exposition shows family `f` of [`KEY_FAMILIES`].
-pub(super) fn shown(f: usize, exposition: Exposition) -> bool {
-    f != LOCK_AGE_AT || exposition.lock_age
-}
+/// A family with no lines of its own per key (the overview and the
+/// exporter's own, written elsewhere).
+fn no_key_lines(_: &Subject<'_>, _: &mut Lines<'_>) {}
 
-const fn gauge(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Family {
+pub(super) const fn gauge(
+    group: &'static str,
+    name: &'static str,
+    help: &'static str,
+    labels: &'static [&'static str],
+    write: fn(&Subject<'_>, &mut Lines<'_>),
+) -> Family {
     Family {
         name,
         help,
         labels,
         counter: false,
+        group,
+        optional: None,
+        write,
     }
 }
 
-const fn counter(
+pub(super) const fn counter(
+    group: &'static str,
     name: &'static str,
     help: &'static str,
     labels: &'static [&'static str],
+    write: fn(&Subject<'_>, &mut Lines<'_>),
 ) -> Family {
     Family {
         counter: true,
-        ..gauge(name, help, labels)
+        ..gauge(group, name, help, labels, write)
     }
 }
-
-/// The labels every per-object series starts with, so that they join with
-/// CAPTF's own metrics.
-const OBJECT: &[&str] = &["namespace", "kind", "name"];
-
-// 7.1 Per held lock.
-
-const LOCK_INFO: Family = gauge(
-    "captf_state_lock_info",
-    "A held state lock and its holder (1 while held).",
-    &[
-        "namespace",
-        "kind",
-        "name",
-        "class",
-        "operation",
-        "holder",
-        "lock_id",
-        "version",
-    ],
-);
-const LOCK_ACQUIRED: Family = gauge(
-    "captf_state_lock_acquired_timestamp_seconds",
-    "When a held state lock was taken, as Unix time: lock-info Created, else when this exporter first saw it held (age_source).",
-    &["namespace", "kind", "name", "class", "age_source"],
-);
-const LOCK_AGE: Family = gauge(
-    "captf_state_lock_age_seconds",
-    "Age of a held state lock: now minus lock-info Created, else since first observed (only with --export-lock-age).",
-    &["namespace", "kind", "name", "class", "age_source"],
-);
-const LOCK_CREATED: Family = gauge(
-    "captf_state_lock_created_timestamp_seconds",
-    "lock-info Created of a held state lock, as Unix time.",
-    OBJECT,
-);
-const LOCK_OVERDUE: Family = gauge(
-    "captf_state_lock_overdue",
-    "1 when a foreign or unknown lock is older than the effective lockTimeoutSeconds.",
-    &["namespace", "kind", "name", "class"],
-);
-const HOLDER_NODE_LOST: Family = gauge(
-    "captf_state_lock_holder_node_lost_timestamp_seconds",
-    "When the evidence began that the node of the own runner pod holding the lock is lost (Unix time); only while the class is own_live and the evidence holds: CAPTF counts the pod alive and never force-unlocks.",
-    &["namespace", "kind", "name", "node", "reason"],
-);
-
-// 7.2 Per known object.
-
-const HELD: Family = gauge(
-    "captf_state_lock_held",
-    "1 while the object's state lock is held, else 0.",
-    OBJECT,
-);
-const TIMEOUT: Family = gauge(
-    "captf_state_lock_timeout_seconds",
-    "Effective lockTimeoutSeconds of the object's Jobs.",
-    OBJECT,
-);
-const DEADLINE: Family = gauge(
-    "captf_state_lock_deadline_seconds",
-    "Effective activeDeadlineSeconds of the object's Jobs.",
-    OBJECT,
-);
-const FORCE_UNLOCKS: Family = counter(
-    "captf_state_lock_force_unlocks",
-    "Force-unlocks of the object's state lock, counted from ForceUnlocked Events since this exporter started.",
-    OBJECT,
-);
-const LAST_FORCE_UNLOCK: Family = gauge(
-    "captf_state_lock_last_force_unlock_timestamp_seconds",
-    "When a ForceUnlocked Event about the object was last seen (Unix time).",
-    OBJECT,
-);
-
-const CAPTF_CONDITION: Family = gauge(
-    "captf_state_lock_captf_condition",
-    "CAPTF's own StateReadable condition of the object, as last written (1; reason outside CAPTF's set as other).",
-    &["namespace", "kind", "name", "status", "reason"],
-);
-const VERDICT_MISMATCH: Family = gauge(
-    "captf_state_lock_verdict_mismatch",
-    "1 when CAPTF's StateReadable verdict and the exporter's class have disagreed for longer than --verdict-grace with no Job of the object active, else 0.",
-    OBJECT,
-);
-const JOB_ACTIVE: Family = gauge(
-    "captf_state_lock_job_active",
-    "1 while the object's status.activeJob is set (CAPTF checks the lock only between Jobs).",
-    OBJECT,
-);
-const PLAN_PENDING: Family = gauge(
-    "captf_state_lock_plan_pending",
-    "1 for each TerraformPlan in phase Pending for the object: its apply waits for an approval, so no Job runs to clear a stale lock.",
-    &["namespace", "kind", "name", "plan"],
-);
 
 // 7.3 Overview, 7.4 the exporter itself. The self-metric counters are
 // prometheus-client counters registered by `Health::register_counters`.
 
+const OVERVIEW: &str = "Overview";
+const ITSELF: &str = "The exporter itself";
+
 const HELD_PER_CLASS: Family = gauge(
+    OVERVIEW,
     "captf_state_locks_held",
     "Held state locks per holder class.",
     &["class"],
+    no_key_lines,
 );
 const BUILD_INFO: Family = gauge(
+    ITSELF,
     "captf_lock_exporter_build_info",
     "Build information (always 1).",
     &["version"],
+    no_key_lines,
 );
 const WATCH_UP: Family = gauge(
+    ITSELF,
     "captf_lock_exporter_watch_up",
     "1 while every watch of the resource has listed once and its last request succeeded.",
     &["resource"],
+    no_key_lines,
 );
 const WATCH_LAST_SUCCESS: Family = gauge(
+    ITSELF,
     "captf_lock_exporter_watch_last_success_timestamp_seconds",
     "Unix time of the last successful request (list, watch start, event or bookmark) of the resource, oldest across namespaces: how old its data may be.",
     &["resource"],
+    no_key_lines,
 );
 
 pub(super) fn flag(b: bool) -> Sample {

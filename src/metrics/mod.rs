@@ -15,8 +15,10 @@
 //! the end of every body.
 
 mod body;
+mod buckets;
 mod families;
 mod gzip;
+mod key_families;
 mod render;
 mod serve;
 mod store;
@@ -56,6 +58,11 @@ pub struct Exposition {
     /// `captf_state_lock_age_seconds` (`--export-lock-age`): a value that
     /// moves with the clock, so with it on the body changes every second.
     pub lock_age: bool,
+    /// The per-object series of objects with nothing to tell
+    /// (`--export-idle-objects`): without it an object has series only
+    /// while its lock is held, a force-unlock of it was seen, its verdict
+    /// disagrees with CAPTF's or a TerraformPlan of it is pending.
+    pub idle_objects: bool,
 }
 
 /// Renders every default metric family in `format` now (a store rendered
@@ -65,15 +72,25 @@ pub fn render(shared: &Arc<Shared>, format: Format) -> Result<String, std::fmt::
 }
 
 /// Renders every default metric family in `format` at `now`, so that tests
-/// get a deterministic exposition: a store rendered from scratch, sent as
-/// a scrape would be.
+/// get a deterministic exposition: a store rendered from scratch (keys in
+/// buckets by a fixed hash), sent as a scrape would be.
 pub fn render_at(
     shared: &Arc<Shared>,
     format: Format,
     now: SystemTime,
 ) -> Result<String, std::fmt::Error> {
-    let mut store = store::Store::new(Exposition::default());
-    store.update(shared, now);
+    render_with(shared, format, now, Exposition::default())
+}
+
+/// [`render_at`] with the families and series `exposition` chooses.
+pub fn render_with(
+    shared: &Arc<Shared>,
+    format: Format,
+    now: SystemTime,
+    exposition: Exposition,
+) -> Result<String, std::fmt::Error> {
+    let mut store = store::Store::new(exposition, store::Sizing::fixed());
+    store.update(shared, &shared.changes(), now);
     let health = families::health(&shared.health, format)?;
     let body = Body::plain(&store.snapshot(), format, health.into());
     String::from_utf8(body.to_bytes().to_vec()).map_err(|_| std::fmt::Error)

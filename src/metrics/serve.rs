@@ -17,7 +17,7 @@ use bytes::Bytes;
 use tokio::sync::{watch, Notify};
 
 use super::body::Body;
-use super::store::{Snapshot, Store};
+use super::store::{Sizing, Snapshot, Store};
 use super::{families, Exposition, Format};
 use crate::index::Changes;
 use crate::shared::Shared;
@@ -131,7 +131,7 @@ impl ScrapeCache {
     pub async fn refresh(self: Arc<Self>) {
         let mut generation = self.shared.subscribe();
         let changes = self.shared.changes();
-        let mut store = Store::new(self.exposition);
+        let mut store = Store::new(self.exposition, Sizing::default());
         let mut ages = tokio::time::interval(AGES_EVERY);
         ages.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // The first render waits for the watches' first lists (or a scrape,
@@ -151,11 +151,11 @@ impl ScrapeCache {
             };
             store.note(&noted);
             if !store.is_current() {
-                let shared = self.shared.clone();
+                let (shared, sink) = (self.shared.clone(), changes.clone());
                 let (done, snapshot);
                 (store, done, snapshot) = blocking(move || {
                     let mut store = store;
-                    let done = store.update(&shared, SystemTime::now());
+                    let done = store.update(&shared, &sink, SystemTime::now());
                     let snapshot = store.snapshot();
                     (store, done, snapshot)
                 })

@@ -11,69 +11,20 @@
 //! a gzip body from their compressed forms.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use bytes::Bytes;
 
-use super::families::{headers, shown, KEY_FAMILIES};
+use super::buckets::bucket_of;
+pub(super) use super::buckets::Sizing;
+use super::buckets::{bits_for, Keys, MIN_BITS};
+use super::families::{headers, KEY_FAMILIES};
 use super::gzip::{Chunk, Deflater, Head, Piece};
 use super::render::{render_key, Ends, Shown};
 use super::{families, Exposition, Format};
 use crate::index::{Changes, LockKey};
 use crate::shared::Shared;
-
-/// Keys a bucket is sized for. A change renders one bucket again (500 to
-/// 1,000 keys, a few milliseconds); smaller buckets make a change cheaper
-/// but the gzip body larger and a scrape's chunks more (each piece is
-/// compressed without the names before it); larger ones slow the scrapes
-/// a change meets (docs/decisions/flat-cost.md).
-pub(super) const KEYS_PER_BUCKET: usize = 1024;
-
-/// The fewest buckets (as a power of two): small fleets keep 16.
-const MIN_BITS: u32 = 4;
-
-/// Most text kept plain. Past it (about 200k objects) a bucket keeps only
-/// its compressed form and a plain scrape inflates it while sending: at
-/// 100k objects the text is about 61 MB, kept plain so that a plain scrape
-/// costs what sending it does (docs/decisions/flat-cost.md).
-const PLAIN_KEPT_UP_TO: usize = 128 * 1024 * 1024;
-
-/// Keys rendered under one hold of the index's read lock: a writer waits
-/// for this many, never for a bucket.
-const KEYS_PER_READ: usize = 256;
-
-/// The hash of a lock key: FNV-1a of (namespace, state suffix), mixed
-/// (MurmurHash3's finaliser) so that its high bits, which pick the bucket,
-/// are spread. Fixed across runs and versions, so the body's order is too
-/// (for a number of buckets). A lock, its object and the object's counters
-/// share the key, hence the bucket.
-pub(super) fn key_hash(key: &LockKey) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in [key.namespace.as_str(), key.suffix.as_str()] {
-        for b in part.bytes().chain(std::iter::once(0)) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
-}
-
-/// The bucket of a key's hash among `1 << bits` (its top bits: each
-/// bucket is a range of hashes, in order).
-fn bucket_of(hash: u64, bits: u32) -> usize {
-    usize::try_from(hash >> (64 - bits)).unwrap_or(0)
-}
-
-/// The buckets (as a power of two) for `keys` keys at `per` a bucket.
-fn bits_for(keys: usize, per: usize) -> u32 {
-    let buckets = keys.div_ceil(per.max(1)).max(1).next_power_of_two();
-    buckets.trailing_zeros().max(MIN_BITS)
-}
 
 /// One bucket: its lines of every family, compressed, and plain while the
 /// text is within [`PLAIN_KEPT_UP_TO`]; and the keys they show.
@@ -82,46 +33,6 @@ pub(super) struct Bucket {
     pub(super) lines: Option<Vec<Bytes>>,
     pub(super) gzip: Vec<Piece>,
     keys: Keys,
-}
-
-/// A bucket's keys, packed in one allocation (namespace and suffix, each
-/// after its length), in body order.
-#[derive(Clone, Debug, Default)]
-struct Keys {
-    packed: Box<[u8]>,
-    count: usize,
-}
-
-impl Keys {
-    fn pack<'a>(keys: impl Iterator<Item = &'a LockKey>) -> Keys {
-        let mut packed = Vec::new();
-        let mut count = 0;
-        for key in keys {
-            for part in [&key.namespace, &key.suffix] {
-                packed.extend_from_slice(&(part.len() as u32).to_le_bytes());
-                packed.extend_from_slice(part.as_bytes());
-            }
-            count += 1;
-        }
-        Keys {
-            packed: packed.into_boxed_slice(),
-            count,
-        }
-    }
-
-    fn unpack(&self, out: &mut Vec<LockKey>) {
-        let mut rest = &self.packed[..];
-        let mut part = || {
-            let (len, tail) = rest.split_first_chunk::<4>()?;
-            let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
-            let (text, tail) = tail.split_at_checked(len)?;
-            rest = tail;
-            String::from_utf8(text.to_vec()).ok()
-        };
-        while let (Some(namespace), Some(suffix)) = (part(), part()) {
-            out.push(LockKey { namespace, suffix });
-        }
-    }
 }
 
 /// What a body is sent from; immutable, shared by the scrapes.
@@ -153,22 +64,56 @@ pub(super) struct Updated {
     pub(super) keys: usize,
 }
 
+/// What `sink` marked since it was last taken; leaves it empty.
+fn take(sink: &Mutex<Changes>) -> Changes {
+    sink.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
+/// Keys' lines as read from the index, before they become a bucket: one
+/// buffer, and per key that has lines its shown name, its place among the
+/// keys drawn, where its lines start and where each family's end.
+struct Drawn {
+    buf: Vec<u8>,
+    placed: Vec<(Shown, usize, usize, Ends)>,
+}
+
+impl Drawn {
+    fn new(keys: usize) -> Drawn {
+        Drawn {
+            buf: Vec::with_capacity(keys * 640),
+            placed: Vec::with_capacity(keys),
+        }
+    }
+
+    /// Reads the lines of `keys[range]` from `ix`.
+    fn draw(
+        &mut self,
+        ix: &crate::index::Index,
+        keys: &[LockKey],
+        range: std::ops::Range<usize>,
+        now: SystemTime,
+        exposition: Exposition,
+    ) {
+        for i in range {
+            let start = self.buf.len();
+            if let Some((shown, ends)) = render_key(ix, &keys[i], now, exposition, &mut self.buf) {
+                self.placed.push((shown, i, start, ends));
+            }
+        }
+    }
+}
+
 /// The lines of every key, kept current from the index's changes.
 #[derive(Debug)]
 pub(super) struct Store {
     buckets: Vec<Arc<Bucket>>,
     /// There are `1 << bits` buckets.
     bits: u32,
-    per_bucket: usize,
+    sizing: Sizing,
     overview: Bytes,
     exposition: Exposition,
     pending: Changes,
-    plain_limit: usize,
     deflater: Deflater,
-    /// The number of buckets a whole render takes, as `bits` (tests: a
-    /// store rendered from scratch with as many buckets as another).
-    #[cfg(test)]
-    fixed_bits: Option<u32>,
     /// Whether buckets rendered now keep their plain lines (the text was
     /// within the limit at the last update).
     keep_plain: bool,
@@ -176,34 +121,17 @@ pub(super) struct Store {
 
 impl Store {
     /// An empty store; its first update renders every key.
-    pub(super) fn new(exposition: Exposition) -> Store {
+    pub(super) fn new(exposition: Exposition, sizing: Sizing) -> Store {
         Store {
             buckets: Vec::new(),
-            bits: MIN_BITS,
-            per_bucket: KEYS_PER_BUCKET,
+            bits: sizing.fixed_bits.unwrap_or(MIN_BITS),
+            sizing,
             overview: Bytes::new(),
             exposition,
             pending: Changes::everything(),
-            plain_limit: PLAIN_KEPT_UP_TO,
             deflater: Deflater::new(),
-            #[cfg(test)]
-            fixed_bits: None,
             keep_plain: true,
         }
-    }
-
-    /// The same with another limit of the text kept plain (tests).
-    #[cfg(test)]
-    pub(super) fn with_plain_limit(mut self, limit: usize) -> Store {
-        self.plain_limit = limit;
-        self
-    }
-
-    /// The same with buckets sized for `per` keys (tests).
-    #[cfg(test)]
-    pub(super) fn with_keys_per_bucket(mut self, per: usize) -> Store {
-        self.per_bucket = per;
-        self
     }
 
     /// How many buckets there are (tests).
@@ -212,18 +140,15 @@ impl Store {
         self.buckets.len()
     }
 
-    /// The same with as many buckets as `other` has, whatever the keys
-    /// (tests: the body's order depends on the number of buckets).
+    /// The buckets, as a power of two (tests).
     #[cfg(test)]
-    pub(super) fn with_buckets_of(mut self, other: &Store) -> Store {
-        self.fixed_bits = Some(other.bits);
-        self
+    pub(super) fn bits(&self) -> u32 {
+        self.bits
     }
 
-    /// The bucket `key` is in now (tests).
-    #[cfg(test)]
+    /// The bucket `key` is in now.
     pub(super) fn bucket_of(&self, key: &LockKey) -> usize {
-        bucket_of(key_hash(key), self.bits)
+        bucket_of(self.sizing.hash.of(key), self.bits)
     }
 
     /// Notes keys whose series changed, for the next update.
@@ -239,7 +164,13 @@ impl Store {
     /// Renders and compresses again, at `now`, every bucket holding a
     /// noted key; everything, in buckets sized anew, when everything was
     /// noted or the fleet outgrew its buckets (or shrank well below).
-    pub(super) fn update(&mut self, shared: &Shared, now: SystemTime) -> Updated {
+    pub(super) fn update(
+        &mut self,
+        shared: &Shared,
+        sink: &Mutex<Changes>,
+        now: SystemTime,
+    ) -> Updated {
+        self.note(&take(sink));
         let changes = self.pending.take();
         if changes.is_empty() {
             return Updated::default();
@@ -248,11 +179,29 @@ impl Store {
             true => self.render_all(shared, now),
             false => self.render_noted(shared, &changes, now),
         };
-        let buckets = self.per_bucket << self.bits;
+        let buckets = self.sizing.keys_per_bucket << self.bits;
         let keys: usize = self.buckets.iter().map(|b| b.keys.count).sum();
-        let resize = keys > buckets * 2 || (self.bits > MIN_BITS && keys < buckets / 8);
+        let resize = self.sizing.fixed_bits.is_none()
+            && (keys > buckets * 2 || (self.bits > MIN_BITS && keys < buckets / 8));
         if resize && !changes.all() {
             done = self.render_all(shared, now);
+        }
+        // A write during the render marked keys in the sink. Their buckets
+        // may hold two views of the index: a lock shown under a name that
+        // another key's existence decides, drawn before the write and that
+        // key after it, shows one label set twice. Drawn again under one
+        // hold of the read lock, the snapshot is one view: every other key
+        // was not written since it was drawn. Everything marked (an Event
+        // relist, a flood past the mark cap) is rendered again bucket by
+        // bucket instead: writers never wait for a whole fleet.
+        let during = take(sink);
+        if !during.is_empty() {
+            let again = match during.all() {
+                true => self.render_all(shared, now),
+                false => self.render_noted_at_once(shared, &during, now),
+            };
+            done.buckets += again.buckets;
+            done.keys += again.keys;
         }
         let text: usize = self
             .buckets
@@ -260,7 +209,7 @@ impl Store {
             .flat_map(|b| &b.gzip)
             .map(Piece::plain_len)
             .sum();
-        self.keep_plain = text <= self.plain_limit;
+        self.keep_plain = text <= self.sizing.plain_limit;
         if !self.keep_plain {
             for bucket in self.buckets.iter_mut().filter(|b| b.lines.is_some()) {
                 let mut compressed_only = Bucket::clone(bucket);
@@ -273,18 +222,36 @@ impl Store {
         done
     }
 
-    /// Every shown key, in buckets sized for their number.
+    /// Every shown key, in buckets sized for the number that render lines
+    /// (without idle objects, far fewer than the index shows).
     fn render_all(&mut self, shared: &Shared, now: SystemTime) -> Updated {
         let mut all = Vec::new();
-        shared.read(|ix| ix.for_each_shown_key(|k| all.push((key_hash(k), k.clone()))));
-        self.bits = bits_for(all.len(), self.per_bucket);
-        #[cfg(test)]
-        if let Some(bits) = self.fixed_bits {
-            self.bits = bits;
+        shared.read(|ix| ix.for_each_shown_key(|k| all.push(k.clone())));
+        let mut done = self.regroup(shared, all, now);
+        let rendered: usize = self.buckets.iter().map(|b| b.keys.count).sum();
+        let fits = bits_for(rendered, self.sizing.keys_per_bucket);
+        if self.sizing.fixed_bits.is_none() && fits < self.bits {
+            // Sized for every key, most of which rendered nothing: sized
+            // again for those that did, or every later update would find
+            // the buckets too many and render everything again.
+            let mut keys = Vec::with_capacity(rendered);
+            for bucket in &self.buckets {
+                bucket.keys.unpack(&mut keys);
+            }
+            let again = self.regroup(shared, keys, now);
+            done.buckets += again.buckets;
+            done.keys += again.keys;
         }
+        done
+    }
+
+    /// `keys` in buckets sized for their number.
+    fn regroup(&mut self, shared: &Shared, keys: Vec<LockKey>, now: SystemTime) -> Updated {
+        let bits = bits_for(keys.len(), self.sizing.keys_per_bucket);
+        self.bits = self.sizing.fixed_bits.unwrap_or(bits);
         let mut groups: Vec<Vec<LockKey>> = (0..1usize << self.bits).map(|_| Vec::new()).collect();
-        for (hash, key) in all {
-            groups[bucket_of(hash, self.bits)].push(key);
+        for key in keys {
+            groups[bucket_of(self.sizing.hash.of(&key), self.bits)].push(key);
         }
         self.buckets.clear();
         let mut done = Updated::default();
@@ -298,49 +265,91 @@ impl Store {
     }
 
     /// The buckets of the noted keys: the keys each showed, and the noted
-    /// ones (a noted key the index no longer shows leaves the body).
+    /// ones (a noted key the index no longer shows leaves the body). Each
+    /// bucket reads the index a few hundred keys at a time, so writers
+    /// wait for that many, not for a bucket.
     fn render_noted(&mut self, shared: &Shared, changes: &Changes, now: SystemTime) -> Updated {
-        let mut noted: BTreeMap<usize, Vec<LockKey>> = BTreeMap::new();
-        for key in changes.keys() {
-            let b = bucket_of(key_hash(key), self.bits);
-            noted.entry(b).or_default().push(key.clone());
-        }
         let mut done = Updated::default();
-        for (b, mut keys) in noted {
-            let Some(old) = self.buckets.get(b) else {
-                continue;
-            };
-            old.keys.unpack(&mut keys);
-            keys.sort_unstable();
-            keys.dedup();
-            let bucket = self.render_bucket(shared, &keys, now);
+        for (b, keys) in self.noted_buckets(changes) {
+            let mut drawn = Drawn::new(keys.len());
+            for chunk in (0..keys.len()).step_by(self.sizing.keys_per_read.max(1)) {
+                let end = (chunk + self.sizing.keys_per_read.max(1)).min(keys.len());
+                shared.read(|ix| drawn.draw(ix, &keys, chunk..end, now, self.exposition));
+            }
             done.buckets += 1;
             done.keys += keys.len();
-            self.buckets[b] = Arc::new(bucket);
+            self.buckets[b] = Arc::new(self.finish(&keys, drawn));
         }
         done
     }
 
-    /// One bucket of `keys` (those the index shows), per family in body
-    /// order (namespace, kind, name, then the suffix to break ties).
-    fn render_bucket(&mut self, shared: &Shared, keys: &[LockKey], now: SystemTime) -> Bucket {
-        // Every key's lines go to one buffer, then are copied out family by
-        // family, in order, into another: two allocations a bucket, one freed
-        // whole, so that rendering leaves no holes among long-lived ones.
-        let mut buf = Vec::with_capacity(keys.len() * 640);
-        let mut placed: Vec<(Shown, &LockKey, usize, Ends)> = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(KEYS_PER_READ) {
-            shared.read(|ix| {
-                for key in chunk {
-                    let start = buf.len();
-                    if let Some((shown, ends)) = render_key(ix, key, now, self.exposition, &mut buf)
-                    {
-                        placed.push((shown, key, start, ends));
-                    }
-                }
-            });
+    /// The same, every bucket under one hold of the read lock: one view of
+    /// the index for all of them.
+    fn render_noted_at_once(
+        &mut self,
+        shared: &Shared,
+        changes: &Changes,
+        now: SystemTime,
+    ) -> Updated {
+        let noted = self.noted_buckets(changes);
+        let exposition = self.exposition;
+        let drawn: Vec<Drawn> = shared.read(|ix| {
+            let draw = |keys: &Vec<LockKey>| {
+                let mut drawn = Drawn::new(keys.len());
+                drawn.draw(ix, keys, 0..keys.len(), now, exposition);
+                drawn
+            };
+            noted.iter().map(|(_, keys)| draw(keys)).collect()
+        });
+        let mut done = Updated::default();
+        for ((b, keys), drawn) in noted.into_iter().zip(drawn) {
+            done.buckets += 1;
+            done.keys += keys.len();
+            self.buckets[b] = Arc::new(self.finish(&keys, drawn));
         }
-        placed.sort_unstable_by(|a, b| (&a.0, &a.1.suffix).cmp(&(&b.0, &b.1.suffix)));
+        done
+    }
+
+    /// The buckets holding noted keys, each with its keys and the noted
+    /// ones, sorted.
+    fn noted_buckets(&self, changes: &Changes) -> Vec<(usize, Vec<LockKey>)> {
+        let mut noted: BTreeMap<usize, Vec<LockKey>> = BTreeMap::new();
+        for key in changes.keys() {
+            let b = self.bucket_of(key);
+            noted.entry(b).or_default().push(key.clone());
+        }
+        noted
+            .into_iter()
+            .filter_map(|(b, mut keys)| {
+                self.buckets.get(b)?.keys.unpack(&mut keys);
+                keys.sort_unstable();
+                keys.dedup();
+                Some((b, keys))
+            })
+            .collect()
+    }
+
+    /// One bucket of `keys` (those the index shows), read a few hundred
+    /// keys at a time.
+    fn render_bucket(&mut self, shared: &Shared, keys: &[LockKey], now: SystemTime) -> Bucket {
+        let mut drawn = Drawn::new(keys.len());
+        let per = self.sizing.keys_per_read.max(1);
+        for chunk in (0..keys.len()).step_by(per) {
+            let end = (chunk + per).min(keys.len());
+            shared.read(|ix| drawn.draw(ix, keys, chunk..end, now, self.exposition));
+        }
+        self.finish(keys, drawn)
+    }
+
+    /// A bucket from its drawn keys, per family in body order (namespace,
+    /// kind, name, then the suffix to break ties), compressed.
+    fn finish(&mut self, keys: &[LockKey], drawn: Drawn) -> Bucket {
+        let Drawn { buf, mut placed } = drawn;
+        placed.sort_unstable_by(|a, b| (&a.0, &keys[a.1].suffix).cmp(&(&b.0, &keys[b.1].suffix)));
+        // Every key's lines went to one buffer, and are copied out family
+        // by family, in order, into another: two allocations a bucket, one
+        // freed whole, so that rendering leaves no holes among long-lived
+        // ones.
         let mut out = Vec::with_capacity(buf.len());
         let mut ends = [0; KEY_FAMILIES.len()];
         for (f, end) in ends.iter_mut().enumerate() {
@@ -354,7 +363,7 @@ impl Store {
         let starts = std::iter::once(0).chain(ends);
         let lines: Vec<Bytes> = starts.zip(ends).map(|(s, e)| out.slice(s..e)).collect();
         let gzip = compress(&mut self.deflater, &lines);
-        let keys = Keys::pack(placed.iter().map(|p| p.1));
+        let keys = Keys::pack(placed.iter().map(|p| &keys[p.1]));
         Bucket {
             lines: self.keep_plain.then_some(lines),
             gzip,
@@ -387,7 +396,7 @@ fn plain_chunks(
 ) -> (Arc<Vec<Chunk>>, usize) {
     let mut chunks = Vec::with_capacity(KEY_FAMILIES.len() * (buckets.len() + 1) + 1);
     for (f, (header, _)) in headers(format).iter().enumerate() {
-        if shown(f, exposition) {
+        if KEY_FAMILIES[f].shown(exposition) {
             chunks.push(Chunk::Plain(header.clone()));
             for bucket in buckets {
                 chunks.push(match (&bucket.lines, bucket.gzip.get(f)) {
@@ -415,7 +424,7 @@ fn gzip_head(
 ) -> Head {
     let mut pieces = Vec::with_capacity(KEY_FAMILIES.len() * (buckets.len() + 1) + 1);
     for (f, (_, header)) in headers(format).iter().enumerate() {
-        if shown(f, exposition) {
+        if KEY_FAMILIES[f].shown(exposition) {
             pieces.push(header);
             pieces.extend(buckets.iter().filter_map(|b| b.gzip.get(f)));
         }
@@ -434,51 +443,4 @@ fn compress(deflater: &mut Deflater, lines: &[Bytes]) -> Vec<Piece> {
         })
     };
     lines.iter().map(&mut piece).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_key_has_one_bucket_and_keys_reach_every_bucket() {
-        let key = |ns: &str, suffix: &str| LockKey::new(ns, suffix);
-        let keys: Vec<LockKey> = (0..4000)
-            .map(|i| key("ns", &format!("{i:016x}-m")))
-            .collect();
-        for bits in [MIN_BITS, 6, 8] {
-            let seen: std::collections::HashSet<usize> =
-                keys.iter().map(|k| bucket_of(key_hash(k), bits)).collect();
-            assert_eq!(
-                seen.len(),
-                1 << bits,
-                "4000 keys reach all {} buckets",
-                1 << bits
-            );
-        }
-        // The separator keeps ("ab", "c") and ("a", "bc") apart.
-        assert_ne!(key_hash(&key("ab", "c")), key_hash(&key("a", "bc")));
-    }
-
-    #[test]
-    fn buckets_are_sized_for_the_keys() {
-        assert_eq!(bits_for(0, 256), MIN_BITS);
-        assert_eq!(bits_for(16 * 256, 256), MIN_BITS);
-        assert_eq!(bits_for(16 * 256 + 1, 256), MIN_BITS + 1);
-        assert_eq!(bits_for(100_000, 1024), 7);
-        assert_eq!(bits_for(1_000_000, 1024), 10);
-    }
-
-    #[test]
-    fn packed_keys_unpack_as_they_were() {
-        let keys = [
-            LockKey::new("ns", "0123456789abcdef-m"),
-            LockKey::new("", ""),
-            LockKey::new("é\0", "x"),
-        ];
-        let mut back = Vec::new();
-        Keys::pack(keys.iter()).unpack(&mut back);
-        assert_eq!(back, keys);
-        assert_eq!(Keys::pack(keys.iter()).count, 3);
-    }
 }

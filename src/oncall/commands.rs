@@ -75,14 +75,12 @@ pub const NUDGE_ANNOTATION: &str = "captf-lock-exporter/reconcile-nudge";
 /// the patch is then built from the Lease by `jq`, and only when its
 /// holderIdentity still has the length and head the exporter saw.
 pub fn guarded_release(namespace: &str, lease: &str, holder_identity: &str) -> String {
-    if let Some((head, len)) = crate::watch::trim::cut_lock_id_parts(holder_identity) {
-        let build = r#"if (.spec.holderIdentity|utf8bytelength) == $n and (.spec.holderIdentity|startswith($head)) then [{op:"test",path:"/spec/holderIdentity",value:.spec.holderIdentity},{op:"remove",path:"/spec/holderIdentity"},{op:"remove",path:"/metadata/annotations/app.terraform.io~1lock-info"}] else error("spec.holderIdentity is no longer the one read") end"#;
+    let patch = r#"[{op:"test",path:"/spec/holderIdentity",value:.spec.holderIdentity},{op:"remove",path:"/spec/holderIdentity"},{op:"remove",path:"/metadata/annotations/app.terraform.io~1lock-info"}]"#;
+    if let Some(read) = read_if_unchanged(namespace, lease, holder_identity, "-ce", patch) {
         return format!(
-            "kubectl get lease -n {ns} {lease} -o json | jq -ce --argjson n {len} --arg head {} {} > release-patch.json && kubectl patch lease -n {ns} {lease} --type=json --patch-file release-patch.json",
-            shq(crate::index::cap(head, 128)),
-            shq(build),
-            ns = shq(namespace),
-            lease = shq(lease),
+            "{read} > release-patch.json && kubectl patch lease -n {} {} --type=json --patch-file release-patch.json",
+            shq(namespace),
+            shq(lease),
         );
     }
     let patch = serde_json::json!([
@@ -96,6 +94,52 @@ pub fn guarded_release(namespace: &str, lease: &str, holder_identity: &str) -> S
         shq(lease),
         shq(&patch.to_string())
     )
+}
+
+/// What jq says when a cut holderIdentity is no longer the one the
+/// exporter saw (another length or head): the lock changed hands.
+pub const HOLDER_CHANGED: &str = "spec.holderIdentity is no longer the one read";
+
+/// For a holderIdentity the exporter keeps cut: reads the Lease and, with
+/// jq, prints `then` (a jq expression) only while its holderIdentity still
+/// has the length and head the exporter saw; otherwise jq fails with
+/// [`HOLDER_CHANGED`] and prints nothing. None for an ID kept whole.
+fn read_if_unchanged(
+    namespace: &str,
+    lease: &str,
+    holder_identity: &str,
+    jq_flags: &str,
+    then: &str,
+) -> Option<String> {
+    let (head, len) = crate::watch::trim::cut_lock_id_parts(holder_identity)?;
+    let check = format!(
+        r#"if (.spec.holderIdentity|utf8bytelength) == $n and (.spec.holderIdentity|startswith($head)) then {then} else error("{HOLDER_CHANGED}") end"#
+    );
+    Some(format!(
+        "kubectl get lease -n {} {} -o json | jq {jq_flags} --argjson n {len} --arg head {} {}",
+        shq(namespace),
+        shq(lease),
+        shq(crate::index::cap(head, 128)),
+        shq(&check),
+    ))
+}
+
+/// For a holderIdentity the exporter keeps cut (it cannot be printed
+/// whole): the assignment that sets `HID` to the whole holderIdentity read
+/// from the Lease, which fails (non-zero, jq's error naming
+/// [`HOLDER_CHANGED`]) unless it still has the length and head the
+/// exporter saw, so a force-unlock chained after it with `&&` never
+/// releases a lock that changed hands since `explain` ran. None for an ID
+/// kept whole: that one is printed as it is.
+pub fn guarded_holder_read(namespace: &str, lease: &str, holder_identity: &str) -> Option<String> {
+    let read = read_if_unchanged(
+        namespace,
+        lease,
+        holder_identity,
+        "-er",
+        ".spec.holderIdentity",
+    )?;
+    Some(format!("HID=\"$({read})\""))
 }
 
 /// Whether the host is named like a CAPTF runner pod (this object's or

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use crate::core::classify::HolderClass;
 use crate::core::kind::Kind;
 
+use super::commands::{guarded_holder_read, HOLDER_CHANGED};
 use super::model::{FixInputs, LockReport, Lookup, OwnVerdict};
 use super::render::human_duration;
 use super::shell::shq;
@@ -102,6 +103,17 @@ pub fn captf_backend_labels(
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect()
+}
+
+/// The holderIdentity as force-unlock is given it: `word` (quoted, or
+/// `"$HID"`), after `guard` (empty, or the guarded read that sets `HID`
+/// and `&&`).
+pub struct Holder {
+    /// Runs first and sets `HID`, chained with `&&`; empty for an ID
+    /// printed whole.
+    pub guard: String,
+    /// The argument.
+    pub word: String,
 }
 
 fn go_quote(s: &str) -> String {
@@ -247,14 +259,24 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
     // The raw holderIdentity, quoted: the one value the backend compares.
     // `--` ends the flags (Go's flag package), so an ID that starts with
     // '-' is never read as one.
-    // A holderIdentity the exporter keeps cut is read whole from the Lease.
+    // A holderIdentity the exporter keeps cut is read whole from the Lease,
+    // and only while it is still the one seen: pasted later, after the
+    // lock changed hands, the command must not release the new holder.
     let cut = crate::watch::trim::cut_lock_id_parts(&r.raw_holder_identity);
-    let hid = match cut {
-        Some(_) => format!("\"$({})\"", r.commands.confirm),
-        None => shq(&r.raw_holder_identity),
+    let holder = match guarded_holder_read(&r.namespace, &r.lease, &r.raw_holder_identity) {
+        Some(read) => Holder {
+            guard: format!("{read} \\\n      && "),
+            word: "\"$HID\"".into(),
+        },
+        None => Holder {
+            guard: String::new(),
+            word: shq(&r.raw_holder_identity),
+        },
     };
+    let hid = &holder.word;
+    let guard = &holder.guard;
     let id_note = if let Some((_, len)) = cut {
-        format!("     (spec.holderIdentity is {len} bytes, shown cut above: the command reads it whole from the\n     Lease: {})\n", r.commands.confirm)
+        format!("     (spec.holderIdentity is {len} bytes, shown cut above: HID is read whole from the Lease,\n     and only while it still has that length and head. jq failing with\n     \"{HOLDER_CHANGED}\" means the lock changed hands since explain ran:\n     nothing was released; run explain again)\n")
     } else if has_hidden(&r.raw_holder_identity) {
         "     (the holderIdentity holds control, bidi or zero-width characters: written above as\n     $'...' with octal escapes, which bash, zsh, ksh and busybox sh read, dash does not)\n".into()
     } else {
@@ -262,7 +284,7 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
     };
     let _ = writeln!(
         out,
-        "  2. Force-unlock it with OpenTofu or Terraform installed on your machine (TF=tofu or\n     TF=terraform), with your kubeconfig (the management cluster). force-unlock takes\n     spec.holderIdentity ({}): the backend's Unlock compares that, not lock-info's ID.\n\n{labels}\n    mkdir -p root\n    cat > root/main.tf.json <<'EOF'\n{}\nEOF\n    echo '{{}}' > root/terraform.tfvars.json\n    TF=tofu\n    (cd root && \"$TF\" init -input=false \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=\"labels=$LABELS\" -backend-config=config_path=\"$HOME/.kube/config\" \\\n      && \"$TF\" force-unlock -force -- {hid})\n{id_note}     Either tool releases a lock the other took: both kubernetes backends keep the lock the\n     same way in this Lease. lock-info cannot tell them apart (Version {} is an OpenTofu or a\n     Terraform release number); use the one you have.",
+        "  2. Force-unlock it with OpenTofu or Terraform installed on your machine (TF=tofu or\n     TF=terraform), with your kubeconfig (the management cluster). force-unlock takes\n     spec.holderIdentity ({}): the backend's Unlock compares that, not lock-info's ID.\n\n{labels}\n    mkdir -p root\n    cat > root/main.tf.json <<'EOF'\n{}\nEOF\n    echo '{{}}' > root/terraform.tfvars.json\n    TF=tofu\n    {guard}(cd root && \"$TF\" init -input=false \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=\"labels=$LABELS\" -backend-config=config_path=\"$HOME/.kube/config\" \\\n      && \"$TF\" force-unlock -force -- {hid})\n{id_note}     Either tool releases a lock the other took: both kubernetes backends keep the lock the\n     same way in this Lease. lock-info cannot tell them apart (Version {} is an OpenTofu or a\n     Terraform release number); use the one you have.",
         shq(&r.holder_identity),
         MAIN_TF_JSON
             .lines()
@@ -272,7 +294,7 @@ fn foreign_fix(r: &LockReport, inputs: Option<&FixInputs>, out: &mut String) {
         shq(r.info.as_ref().map_or("?", |i| i.version.as_str())),
     );
     let image = inputs.map(|i| (&i.image, i.trusted_repository.as_str()));
-    super::image::image_variant(r, image, &suffix, &hid, out);
+    super::image::image_variant(r, image, &suffix, &holder, out);
     let _ = writeln!(
         out,
         "  3. Confirm the lock is clear (empty output):\n    {}",

@@ -12,6 +12,7 @@
 
 use std::fmt::Write as _;
 
+use super::fix::Holder;
 use super::model::{LockReport, Lookup};
 use super::shell::{show, shq};
 
@@ -54,14 +55,16 @@ pub fn trusted(image: &str, trusted: &str) -> bool {
 
 /// Prints the pinned-image variant (trusted image), a warning (another
 /// image) or why there is none. `image` is the lookup and the trusted
-/// repository; `suffix` and `hid` are already quoted.
+/// repository; `suffix` is already quoted, `holder` is the ID's argument
+/// and the guarded read that comes before it.
 pub fn image_variant(
     r: &LockReport,
     image: Option<(&Lookup, &str)>,
     suffix: &str,
-    hid: &str,
+    holder: &Holder,
     out: &mut String,
 ) {
+    let (guard, hid) = (&holder.guard, &holder.word);
     let ns = shq(&r.namespace);
     let Some((lookup, repo_flag)) = image else {
         return;
@@ -90,7 +93,7 @@ pub fn image_variant(
     }
     let _ = writeln!(
         out,
-        "     Without either tool, run the same two commands in the object's pinned image (from\n     {from}; in {}, which --runner-image-repository trusts), in the same root, with a\n     10-minute token of a ServiceAccount in {ns} that may get and update Leases and Secrets\n     there (the image never sees your kubeconfig; SA is yours to fill in):\n    IMAGE={}\n    SA='<service-account>'\n    export KUBE_TOKEN=\"$(kubectl create token \"$SA\" -n {ns} --duration=10m)\"\n    export KUBE_HOST=\"$(kubectl config view --minify -o jsonpath='{{.clusters[0].cluster.server}}')\"\n    export KUBE_CLUSTER_CA_CERT_DATA=\"$(kubectl config view --minify --raw -o jsonpath='{{.clusters[0].cluster.certificate-authority-data}}' | base64 -d)\"\n    docker run --rm --entrypoint /captf/runtime -e KUBE_TOKEN -e KUBE_HOST -e KUBE_CLUSTER_CA_CERT_DATA \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" init -input=false -no-color \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=in_cluster_config=false -backend-config=\"labels=$LABELS\"\n\n    docker run --rm --entrypoint /captf/runtime -e KUBE_TOKEN -e KUBE_HOST -e KUBE_CLUSTER_CA_CERT_DATA \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" force-unlock -force -- {hid}",
+        "     Without either tool, run the same two commands in the object's pinned image (from\n     {from}; in {}, which --runner-image-repository trusts), in the same root, with a\n     10-minute token of a ServiceAccount in {ns} that may get and update Leases and Secrets\n     there (the image never sees your kubeconfig; SA is yours to fill in):\n    IMAGE={}\n    SA='<service-account>'\n    export KUBE_TOKEN=\"$(kubectl create token \"$SA\" -n {ns} --duration=10m)\"\n    export KUBE_HOST=\"$(kubectl config view --minify -o jsonpath='{{.clusters[0].cluster.server}}')\"\n    export KUBE_CLUSTER_CA_CERT_DATA=\"$(kubectl config view --minify --raw -o jsonpath='{{.clusters[0].cluster.certificate-authority-data}}' | base64 -d)\"\n    docker run --rm --entrypoint /captf/runtime -e KUBE_TOKEN -e KUBE_HOST -e KUBE_CLUSTER_CA_CERT_DATA \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" init -input=false -no-color \\\n      -backend-config=secret_suffix={suffix} -backend-config=namespace={ns} \\\n      -backend-config=in_cluster_config=false -backend-config=\"labels=$LABELS\"\n\n    {guard}docker run --rm --entrypoint /captf/runtime -e KUBE_TOKEN -e KUBE_HOST -e KUBE_CLUSTER_CA_CERT_DATA \\\n      -v \"$PWD/root:/captf/work/root\" -w /captf/work/root \\\n      \"$IMAGE\" force-unlock -force -- {hid}",
         shq(repo_flag),
         shq(value),
     );

@@ -4,9 +4,12 @@
 //!
 //! The certificate is chosen per handshake by [`Certificates`], so a reload
 //! takes effect for the next connection and never interrupts one in flight.
-//! A reload that fails (a half-written file, a key that does not match)
-//! keeps the certificate in use, is logged once per bad content and counted;
-//! the next good content replaces it.
+//! A reload that fails (a half-written file, a key that does not match, a
+//! file deleted or unreadable) keeps the certificate in use and is counted
+//! on every look; the log says it once per episode ([`ReloadLog`]): a
+//! warning when the looks start failing or the cause changes, and one
+//! line with the number of failed looks when the files are usable again.
+//! The next good content replaces the certificate.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -157,8 +160,17 @@ impl Certificates {
         let Source::Files { cert, key } = &self.source else {
             return Ok(Reload::Unchanged);
         };
-        let pair = read_pair(cert, key)?;
+        let pair = match read_pair(cert, key) {
+            Ok(pair) => pair,
+            Err(err) => {
+                // Bad content seen before this is news again when it
+                // comes back: a change of cause.
+                self.forget_failed();
+                return Err(err);
+            }
+        };
         if read_lock(&self.loaded).as_ref() == Some(&pair) {
+            self.forget_failed();
             return Ok(Reload::Unchanged);
         }
         match certified(&self.provider, cert, key, &pair.0, &pair.1) {
@@ -179,6 +191,12 @@ impl Certificates {
         }
     }
 
+    fn forget_failed(&self) {
+        if read_lock(&self.failed).is_some() {
+            *write_lock(&self.failed) = None;
+        }
+    }
+
     /// The rustls settings: TLS 1.2 and 1.3 only (rustls knows no older
     /// version), HTTP/1.1 by ALPN, the certificate chosen per handshake.
     pub fn server_config(self: &Arc<Self>) -> Result<Arc<ServerConfig>, TlsError> {
@@ -192,12 +210,14 @@ impl Certificates {
     }
 
     /// Looks at the files every `every` for as long as the server runs;
-    /// logs each replacement and each bad content once, and counts both
-    /// through `counted`.
+    /// logs each replacement, and failed looks once per episode
+    /// ([`ReloadLog`]); counts replacements and every failed look through
+    /// `counted`.
     pub async fn watch(self: Arc<Self>, every: Duration, counted: impl Fn(Reload) + Send) {
         if !matches!(self.source, Source::Files { .. }) {
             return std::future::pending().await;
         }
+        let mut log = ReloadLog::default();
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
@@ -206,18 +226,58 @@ impl Certificates {
             let this = self.clone();
             // File reads block; keep them off the reactor.
             let result = tokio::task::spawn_blocking(move || this.reload()).await;
-            match result {
-                Ok(Ok(Reload::Unchanged)) => {}
-                Ok(Ok(Reload::Replaced)) => {
+            let outcome = match result {
+                Ok(Ok(reload)) => Ok(reload),
+                Ok(Err(err)) => Err(err.to_string()),
+                Err(err) => Err(format!("the look at the files failed: {err}")),
+            };
+            match log.looked(outcome) {
+                Reload::Unchanged => {}
+                Reload::Replaced => {
                     tracing::info!(source = %self.source, "TLS certificate replaced; new connections get it");
                     counted(Reload::Replaced);
                 }
-                Ok(Ok(Reload::Failed)) => counted(Reload::Failed),
-                Ok(Err(err)) => {
-                    tracing::warn!(error = %err, "TLS certificate files changed but cannot be used; still serving the previous certificate");
-                    counted(Reload::Failed);
+                Reload::Failed => counted(Reload::Failed),
+            }
+        }
+    }
+}
+
+/// What the log has said about failed looks at the files: a warning when
+/// they start failing and when the cause changes (a file deleted, then
+/// back with a key that does not match), then nothing per look, and one
+/// line with the number of failed looks when a look succeeds again.
+#[derive(Debug, Default)]
+struct ReloadLog {
+    failed: super::episode::Episode,
+    /// The last cause logged.
+    cause: Option<String>,
+}
+
+impl ReloadLog {
+    /// Logs what one look found, as the episode has it; returns what to
+    /// count. `Err` is a failed look with its cause; `Ok(Reload::Failed)`
+    /// is the same bad content as the look before (its cause logged).
+    fn looked(&mut self, outcome: Result<Reload, String>) -> Reload {
+        match outcome {
+            Ok(Reload::Failed) => {
+                self.failed.on_error();
+                Reload::Failed
+            }
+            Err(cause) => {
+                let first = self.failed.on_error();
+                if first || self.cause.as_deref() != Some(cause.as_str()) {
+                    tracing::warn!(error = %cause, "TLS certificate files cannot be used; still serving the previous certificate. Every failed look (one each 10 s) is counted in tls_reloads_total{{result=\"error\"}}; the log says it again when the cause changes, and how many looks failed when the files are usable again");
                 }
-                Err(_) => counted(Reload::Failed),
+                self.cause = Some(cause);
+                Reload::Failed
+            }
+            Ok(fine) => {
+                self.cause = None;
+                if let Some(failed_looks) = self.failed.on_success() {
+                    tracing::info!(failed_looks, "TLS certificate files usable again");
+                }
+                fine
             }
         }
     }
@@ -291,92 +351,4 @@ fn self_signed(provider: &CryptoProvider, names: &[String]) -> Result<CertifiedK
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A certificate and key for `name`, PEM.
-    fn pem_pair(name: &str) -> (String, String) {
-        match rcgen::generate_simple_self_signed(vec![name.to_string()]) {
-            Ok(c) => (c.cert.pem(), c.signing_key.serialize_pem()),
-            Err(e) => panic!("rcgen: {e}"),
-        }
-    }
-
-    fn files(dir: &Path, cert: &str, key: &str) -> Source {
-        let (c, k) = (dir.join("tls.crt"), dir.join("tls.key"));
-        std::fs::write(&c, cert).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(&k, key).unwrap_or_else(|e| panic!("{e}"));
-        Source::Files { cert: c, key: k }
-    }
-
-    fn tempdir(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("captf-tls-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        dir
-    }
-
-    #[test]
-    fn bad_files_name_their_flag() {
-        let dir = tempdir("bad");
-        let (cert, key) = pem_pair("a.example");
-        let (_, other_key) = pem_pair("b.example");
-        let cases = [
-            (files(&dir, "not pem", &key), "--tls-cert-file"),
-            (files(&dir, &cert, "not pem"), "--tls-key-file"),
-            (files(&dir, &cert, &other_key), "--tls-key-file"),
-        ];
-        for (source, flag) in cases {
-            match Certificates::load(source) {
-                Ok(_) => panic!("loaded a bad pair"),
-                Err(e) => assert!(e.to_string().contains(flag), "{e}"),
-            }
-        }
-        let missing = Source::Files {
-            cert: dir.join("absent.crt"),
-            key: dir.join("absent.key"),
-        };
-        match Certificates::load(missing) {
-            Ok(_) => panic!("loaded absent files"),
-            Err(e) => assert!(
-                e.to_string().starts_with("cannot read --tls-cert-file"),
-                "{e}"
-            ),
-        }
-    }
-
-    #[test]
-    fn a_changed_pair_replaces_the_certificate_and_a_bad_one_keeps_it() {
-        let dir = tempdir("reload");
-        let (cert, key) = pem_pair("one.example");
-        let certs = match Certificates::load(files(&dir, &cert, &key)) {
-            Ok(c) => c,
-            Err(e) => panic!("{e}"),
-        };
-        let first = certs.leaf();
-        assert_eq!(certs.reload().ok(), Some(Reload::Unchanged));
-        // A half-rotated pair (new cert, old key) is refused; the old one stays.
-        let (cert2, key2) = pem_pair("two.example");
-        files(&dir, &cert2, &key);
-        assert!(certs.reload().is_err());
-        assert_eq!(certs.leaf(), first);
-        // The same bad content again is not a second error.
-        assert_eq!(certs.reload().ok(), Some(Reload::Failed));
-        files(&dir, &cert2, &key2);
-        assert_eq!(certs.reload().ok(), Some(Reload::Replaced));
-        assert_ne!(certs.leaf(), first);
-    }
-
-    #[test]
-    fn self_signed_is_made_and_never_reloads() {
-        let certs = match Certificates::load(Source::SelfSigned {
-            names: vec!["exporter.ns.svc".into()],
-        }) {
-            Ok(c) => c,
-            Err(e) => panic!("{e}"),
-        };
-        assert!(certs.leaf().is_some_and(|c| !c.is_empty()));
-        assert_eq!(certs.reload().ok(), Some(Reload::Unchanged));
-        assert!(certs.server_config().is_ok());
-    }
-}
+mod tests;

@@ -2,11 +2,16 @@
 installed by ``helm install`` and scraped by the Prometheus a Prometheus Operator runs.
 
 Session fixtures, built once and shared by the tests of test_node.py (which run in file order):
-  node        the cluster, Ready
-  images      every image imported into the node's containerd
-  monitoring  the operator (a pod), its CRDs, a Prometheus and an Alertmanager CR as pods, and a
-              webhook receiver on the host behind that Alertmanager
-Needs root (the kubelet, containerd, iptables). Figures go to target/node-report.json.
+  node         the cluster, Ready, with kube-router's network policy controller enforcing
+               NetworkPolicies (tests/node/addons.py)
+  images       every image imported into the node's containerd
+  monitoring   the operator (a pod), its CRDs, a Prometheus and an Alertmanager CR as pods, and a
+               webhook receiver on the host behind that Alertmanager; the Prometheus selects
+               ServiceMonitors and PrometheusRules by the label `release: kube-prometheus-stack`
+               and scrapes as ServiceAccount kube-prometheus-stack-prometheus, as a
+               kube-prometheus-stack release of that name does
+  cert_manager cert-manager's CRDs and controller (started on first use)
+Needs root (the kubelet, containerd, iptables, ipset). Figures go to target/node-report.json.
 """
 
 from __future__ import annotations
@@ -28,7 +33,13 @@ from pykit.net import wait_for
 from pykit.node import Node, node_binaries
 from pykit.node_images import exporter_image, static_image
 
+from addons import CertManager, KubeRouter
+
 OPERATOR_VERSION = "v0.85.0"
+#: kube-prometheus-stack installed as release "kube-prometheus-stack": its Prometheus selects
+#: ServiceMonitors and rules by this label, and runs as this ServiceAccount
+KPS_RELEASE = "kube-prometheus-stack"
+PROMETHEUS_SA = "kube-prometheus-stack-prometheus"
 REPORT: dict[str, Any] = {}
 APP_VERSION = yaml.safe_load((ROOT / "chart" / "Chart.yaml").read_text())["appVersion"]
 
@@ -61,8 +72,20 @@ def node() -> Iterator[Node]:
         n.stop()
         raise
     n.kube.apply_crds([ROOT / "tests" / "crds" / "terraform.yaml", ROOT / "tests" / "crds" / "capi-cluster.yaml"])
+    t0 = time.monotonic()
+    router = KubeRouter(n)
+    try:
+        router.start()
+    except BaseException:
+        print(n.diagnostics())
+        router.stop()
+        n.stop()
+        raise
+    n.kube_router = router  # type: ignore[attr-defined]
+    REPORT["kube_router_ready_s"] = round(time.monotonic() - t0, 1)
     REPORT.update({k: round(v, 1) for k, v in n.timings.items()})
     yield n
+    router.stop()
     n.stop()
     (ROOT / "target").mkdir(exist_ok=True)
     (ROOT / "target" / "node-report.json").write_text(json.dumps(REPORT, indent=1))
@@ -87,6 +110,7 @@ def images(node: Node) -> dict[str, str]:
                                      version_of(p3["PROM3_ALERTMANAGER"]), entry="/bin/alertmanager",
                                      dirs=("tmp", "alertmanager"), workdir_in_image="/alertmanager"),
         "exporter": exporter_image(w, APP_VERSION),
+        "impostor": static_image(w, node.bins["IMPOSTOR"], "impostor", "v1", entry="/impostor"),
     }
     for ref, archive in built.values():
         node.import_image(archive)
@@ -179,8 +203,9 @@ def crd_dir() -> Path:
 
 
 def monitoring_stack(images: dict[str, str], hook_url: str) -> list[dict[str, Any]]:
-    """Prometheus and Alertmanager CRs as a user of the operator writes them (scrape and evaluate
-    every 5 s so the test waits seconds, not minutes), their ServiceAccount and RBAC."""
+    """Prometheus and Alertmanager CRs as kube-prometheus-stack writes them (ServiceMonitors and
+    rules selected by its release label, in every namespace; scrape and evaluate every 5 s so the
+    test waits seconds, not minutes), their ServiceAccount and RBAC."""
     prom_v = images["prometheus"].rsplit(":", 1)[1]
     am_v = images["alertmanager"].rsplit(":", 1)[1]
     sec = {"runAsUser": 65534, "runAsGroup": 65534, "runAsNonRoot": True, "fsGroup": 65534}
@@ -190,23 +215,25 @@ def monitoring_stack(images: dict[str, str], hook_url: str) -> list[dict[str, An
         "receivers": [{"name": "hook", "webhook_configs": [{"url": hook_url, "send_resolved": False}]}],
     }
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "prometheus", "namespace": "monitoring"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": PROMETHEUS_SA, "namespace": "monitoring"}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "node-prometheus"},
          "rules": [{"apiGroups": [""], "resources": ["services", "endpoints", "pods"], "verbs": ["get", "list", "watch"]},
                    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
                     "verbs": ["get", "list", "watch"]}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "node-prometheus"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-prometheus"},
-         "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]},
+         "subjects": [{"kind": "ServiceAccount", "name": PROMETHEUS_SA, "namespace": "monitoring"}]},
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "alertmanager-config", "namespace": "monitoring"},
          "stringData": {"alertmanager.yaml": yaml.safe_dump(am_config)}},
         {"apiVersion": "monitoring.coreos.com/v1", "kind": "Alertmanager", "metadata": {"name": "main", "namespace": "monitoring"},
          "spec": {"image": images["alertmanager"], "version": am_v, "replicas": 1, "configSecret": "alertmanager-config",
                   "securityContext": sec}},
         {"apiVersion": "monitoring.coreos.com/v1", "kind": "Prometheus", "metadata": {"name": "main", "namespace": "monitoring"},
-         "spec": {"image": images["prometheus"], "version": prom_v, "replicas": 1, "serviceAccountName": "prometheus",
-                  "serviceMonitorSelector": {}, "serviceMonitorNamespaceSelector": {},
-                  "ruleSelector": {}, "ruleNamespaceSelector": {},
+         "spec": {"image": images["prometheus"], "version": prom_v, "replicas": 1, "serviceAccountName": PROMETHEUS_SA,
+                  "serviceMonitorSelector": {"matchLabels": {"release": KPS_RELEASE}},
+                  "serviceMonitorNamespaceSelector": {},
+                  "podMonitorSelector": {"matchLabels": {"release": KPS_RELEASE}}, "podMonitorNamespaceSelector": {},
+                  "ruleSelector": {"matchLabels": {"release": KPS_RELEASE}}, "ruleNamespaceSelector": {},
                   "scrapeInterval": "5s", "evaluationInterval": "5s", "securityContext": sec,
                   "alerting": {"alertmanagers": [{"namespace": "monitoring", "name": "alertmanager-operated",
                                                   "port": "web"}]}}},
@@ -231,6 +258,13 @@ class Monitoring:
         r.raise_for_status()
         return r.json()["data"]["result"]
 
+    def scrape_config(self) -> dict[str, Any]:
+        """The Prometheus configuration the operator generated (Secret prometheus-main, gzipped)."""
+        import base64
+        import gzip
+        sec = self.node.kube.get("/api/v1/namespaces/monitoring/secrets/prometheus-main").json()
+        return yaml.safe_load(gzip.decompress(base64.b64decode(sec["data"]["prometheus.yaml.gz"])))
+
     def api(self, path: str) -> dict[str, Any]:
         import requests
         r = requests.get(self.prometheus_url() + path, timeout=10)
@@ -253,3 +287,14 @@ def monitoring(node: Node, images: dict[str, str], webhook: Webhook) -> Monitori
              300, "the operator's Prometheus and Alertmanager pods Ready", interval=1)
     REPORT["prometheus_and_alertmanager_ready_s"] = round(time.monotonic() - t0, 1)
     return Monitoring(node, webhook)
+
+
+@pytest.fixture(scope="session")
+def cert_manager(node: Node) -> Iterator[CertManager]:
+    """cert-manager's CRDs from its module and its controller on the host, started on first use."""
+    t0 = time.monotonic()
+    cm = CertManager(node)
+    cm.install_crds()
+    cm.start()
+    REPORT["cert_manager_started_s"] = round(time.monotonic() - t0, 1)
+    yield cm

@@ -1,9 +1,14 @@
-"""The product the way users run it (issue 42): a kubelet runs the chart's pods, `helm install` puts
-them there, and the Prometheus Operator turns the chart's ServiceMonitor and PrometheusRule into a
-Prometheus that scrapes them and an Alertmanager that delivers the pages.
+"""The product the way users run it (issues 42 and 50): a kubelet runs the chart's pods, `helm install`
+puts them there under a release name of the user's, with only the values chart/README.md tells users
+to set, and the Prometheus Operator, configured as kube-prometheus-stack configures it (selection by
+its `release` label), turns the chart's ServiceMonitor and PrometheusRule into a Prometheus that
+scrapes them over TLS it verifies and an Alertmanager that delivers the pages. kube-router's network
+policy controller enforces the chart's NetworkPolicy.
 
-The tests share one cluster and one release and run in file order: install, scrape, alerts,
-rollout, sidecar, the token the kubelet projected, upgrade and uninstall.
+The tests share one cluster and one release and run in file order: install, scrape (verified),
+the policy (ingress, egress), alerts, rollout, an impostor, a certificate rotation, sidecar, the
+token the kubelet projected, the down alert with both replicas gone, cert-manager's mode under a
+second release with fullnameOverride, upgrade and uninstall.
 """
 
 from __future__ import annotations
@@ -12,54 +17,25 @@ import datetime as dt
 import os
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from conftest import REPORT, Monitoring
+from addons import connect_from_pod, pause_pod
+from conftest import KPS_RELEASE, PROMETHEUS_SA, REPORT, Monitoring, Webhook
+from release import (FULLNAME, NS, RELEASE, SELECTOR, SERVER_NAME, STATE, exporter_targets, ready_pods, scrape_job,
+                     values, write_values)
 from pykit.builders import force_unlock_event, job_name, lock_lease, now_utc, terraform_object
 from pykit.controlplane import ROOT, audit_time
 from pykit.net import wait_for
 from pykit.node import NODE_NAME, Node
+from pykit.tls import served_fingerprint
 
-RELEASE = "captf-lock-exporter"
-NS = "captf-system"
-SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/name=captf-lock-exporter"
 RUNBOOKS = "https://github.com/captf-io/captf-lock-exporter/blob/main/docs/runbooks"
 M = "TerraformMachine"
 #: the labels of CAPTF's manager pods (config/manager), which the component's Service selects
 MANAGER_LABELS = {"control-plane": "controller-manager", "app.kubernetes.io/name": "cluster-api-provider-terraform",
                   "cluster.x-k8s.io/provider": "infrastructure-terraform"}
-
-#: what the tests learn and hand on (the release's pods, its rendered manifest)
-STATE: dict[str, Any] = {}
-
-
-def values(images: dict[str, str], **extra: Any) -> dict[str, Any]:
-    """The chart's defaults, but for what a Prometheus Operator user sets: the local image, the
-    ServiceMonitor, PrometheusRule and dashboards switched on, and Prometheus' ServiceAccount
-    bound to the metrics reader (without it every scrape is refused, as values.yaml says)."""
-    repo, tag = images["exporter"].rsplit(":", 1)
-    v = {"image": {"repository": repo, "tag": tag},
-         "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "dashboards": {"enabled": True},
-         "metricsReader": {"serviceAccounts": [{"name": "prometheus", "namespace": "monitoring"}]}}
-    v.update(extra)
-    return v
-
-
-def write_values(node: Node, name: str, v: dict[str, Any]) -> Path:
-    p = node.w / f"{name}.yaml"
-    p.write_text(yaml.safe_dump(v))
-    return p
-
-
-def ready_pods(node: Node) -> list[dict[str, Any]]:
-    return [p for p in node.pods(NS, SELECTOR) if Node.is_ready(p)]
-
-
-def exporter_targets(mon: Monitoring, job: str = "captf-lock-exporter") -> list[dict[str, Any]]:
-    return [t for t in mon.api("/api/v1/targets?state=active")["activeTargets"] if t["labels"].get("job") == job]
 
 
 def test_node_ready_and_operator_runs_prometheus_and_alertmanager(node: Node, monitoring: Monitoring) -> None:
@@ -77,13 +53,13 @@ def test_node_ready_and_operator_runs_prometheus_and_alertmanager(node: Node, mo
 
 def test_helm_install_both_replicas_ready_by_the_kubelets_probes(node: Node, images: dict[str, str],
                                                                  monitoring: Monitoring) -> None:
-    vals = write_values(node, "values", values(images))
+    vals = write_values(node, "values", values(node, images))
     t0 = time.monotonic()
     STATE["install_wall"] = time.time()
     node.helm("install", RELEASE, str(ROOT / "chart"), "--namespace", NS, "--create-namespace", "-f", str(vals),
               "--wait", "--timeout", "5m")
     REPORT["helm_install_wait_s"] = round(time.monotonic() - t0, 1)
-    dep = node.kube.get(f"/apis/apps/v1/namespaces/{NS}/deployments/{RELEASE}").json()
+    dep = node.kube.get(f"/apis/apps/v1/namespaces/{NS}/deployments/{FULLNAME}").json()
     assert dep["status"].get("readyReplicas") == 2, dep["status"]
     pods = ready_pods(node)
     assert len(pods) == 2, [p["metadata"]["name"] for p in node.pods(NS, SELECTOR)]
@@ -106,13 +82,23 @@ def test_helm_install_both_replicas_ready_by_the_kubelets_probes(node: Node, ima
     STATE["manifest"] = node.helm("get", "manifest", RELEASE, "-n", NS).stdout
 
     def up_once() -> bool:
-        return any(float(r["value"][1]) == 1 for r in monitoring.query('up{job="captf-lock-exporter"}'))
+        return any(float(r["value"][1]) == 1 for r in monitoring.query(f'up{{job="captf-lock-exporter",namespace="{NS}"}}'))
     wait_for(up_once, 180, "Prometheus' first up 1 for the exporter", interval=0.5)
     REPORT["helm_install_to_first_up_1_s"] = round(time.monotonic() - t0, 1)
 
 
-def test_operator_prometheus_scrapes_both_replicas_over_https_and_loads_the_rules(node: Node,
-                                                                                  monitoring: Monitoring) -> None:
+def test_operator_prometheus_scrapes_both_replicas_over_verified_https_and_loads_the_rules(
+        node: Node, monitoring: Monitoring) -> None:
+    # kube-prometheus-stack's selection: the release label the README tells users to set
+    (sm,) = node.kube.get(f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/servicemonitors").json()["items"]
+    assert sm["metadata"]["labels"].get("release") == KPS_RELEASE, sm["metadata"]["labels"]
+    tls = sm["spec"]["endpoints"][0]["tlsConfig"]
+    assert tls == {"ca": {"secret": {"name": f"{FULLNAME}-tls", "key": "ca.crt"}}, "serverName": SERVER_NAME}, tls
+    # what the operator made of it: Prometheus checks the chain against the release's CA and the name
+    job = wait_for(lambda: scrape_job(monitoring, NS, FULLNAME), 60, "the ServiceMonitor's job in the config", interval=1)
+    tc = job.get("tls_config", {})
+    assert tc.get("server_name") == SERVER_NAME and tc.get("ca_file") and not tc.get("insecure_skip_verify"), tc
+
     def both_up() -> list[dict[str, Any]]:
         ts = exporter_targets(monitoring)
         return ts if len(ts) == 2 and all(t["health"] == "up" for t in ts) else []
@@ -126,6 +112,7 @@ def test_operator_prometheus_scrapes_both_replicas_over_https_and_loads_the_rule
     import requests
     r = requests.get(targets[0]["scrapeUrl"], verify=False, timeout=10)
     assert r.status_code == 401, r.status_code
+    REPORT["scrape_tls_config"] = {k: v for k, v in tc.items() if k != "ca_file"} | {"ca": "from Secret"}
     want = set()
     for f in (ROOT / "alerts").glob("*.rules.yaml"):
         for g in yaml.safe_load(f.read_text())["groups"]:
@@ -135,8 +122,54 @@ def test_operator_prometheus_scrapes_both_replicas_over_https_and_loads_the_rule
         got = {r["name"] for g in monitoring.api("/api/v1/rules")["groups"] for r in g["rules"] if r["type"] == "alerting"}
         return got if want <= got else set()
     wait_for(loaded, 120, f"the chart's rules {sorted(want)} in /api/v1/rules", interval=1)
-    durs = monitoring.query('scrape_duration_seconds{job="captf-lock-exporter"}')
+    durs = monitoring.query(f'scrape_duration_seconds{{job="captf-lock-exporter",namespace="{NS}"}}')
     REPORT["prometheus_scrape_duration_seconds"] = {r["metric"]["pod"]: round(float(r["value"][1]), 4) for r in durs}
+
+
+def test_network_policy_enforced_admits_monitoring_only(node: Node, images: dict[str, str],
+                                                      monitoring: Monitoring) -> None:
+    """kube-router enforces the chart's policy: a pod in a namespace it does not admit cannot open a
+    connection to the metrics port, the same pod in `monitoring` can, and so can the node (the
+    kubelet's probes, which the Ready pods already passed)."""
+    assert node.kube_router.policy_chains(), "kube-router wrote no policy chain for the release's NetworkPolicy"
+    node.kubectl("create", "namespace", "intruders")
+    node.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([pause_pod("intruders", "intruder", images["pause"]),
+                                                              pause_pod("monitoring", "admitted", images["pause"])]))
+    wait_for(lambda: node.pod_ready("intruders", "intruder") and node.pod_ready("monitoring", "admitted"), 120,
+             "the two probe pods Ready", interval=0.5)
+    target = sorted(ready_pods(node), key=lambda p: p["metadata"]["name"])[0]
+    ip = target["status"]["podIP"]
+    intruder, admitted = node.pod("intruders", "intruder"), node.pod("monitoring", "admitted")
+    got = {"intruders": connect_from_pod(node, intruder, ip, 9820),
+           "monitoring": connect_from_pod(node, admitted, ip, 9820)}
+    REPORT["network_policy_connect_to_metrics_port"] = got
+    assert got["monitoring"].startswith("connected"), got
+    assert not got["intruders"].startswith("connected"), got
+    # the node itself (where the kubelet probes from) still reaches the port
+    assert served_fingerprint(9820, host=ip)
+    node.kubectl("delete", "namespace", "intruders", "--wait=false")
+    node.kubectl("-n", "monitoring", "delete", "pod", "admitted", "--wait=false")
+
+
+def test_exporter_egress_reaches_the_api_server_and_nothing_else(node: Node, monitoring: Monitoring,
+                                                                 webhook: Webhook) -> None:
+    """Egress as the chart renders it with the README's setting for an API server on another port:
+    from an exporter pod the API server's address (after the `kubernetes` Service's translation)
+    answers, a port the policy does not name on the same host does not, though a pod without a
+    policy reaches it."""
+    pod = ready_pods(node)[0]
+    webhook_port = int(webhook.url.rsplit(":", 1)[1].split("/")[0])
+    got = {"api_server": connect_from_pod(node, pod, node.ip, node.port),
+           "other_port_same_host": connect_from_pod(node, pod, node.ip, webhook_port)}
+    prom = node.pod("monitoring", "prometheus-main-0")
+    got["other_port_from_unpolicied_pod"] = connect_from_pod(node, prom, node.ip, webhook_port)
+    REPORT["network_policy_exporter_egress"] = got
+    assert got["api_server"].startswith("connected"), got
+    assert not got["other_port_same_host"].startswith("connected"), got
+    assert got["other_port_from_unpolicied_pod"].startswith("connected"), got
+    # and the watches it needs are up through that egress
+    up = monitoring.query(f'min(captf_lock_exporter_watch_up{{namespace="{NS}"}})')
+    assert up and float(up[0]["value"][1]) == 1, up
 
 
 def test_foreign_overdue_and_force_unlock_each_page_once(node: Node, monitoring: Monitoring) -> None:
@@ -184,8 +217,8 @@ def test_rollout_restart_under_the_pdb_keeps_a_replica_ready(node: Node, monitor
     before = {p["metadata"]["uid"] for p in node.pods(NS, SELECTOR)}
     t0 = time.monotonic()
     try:
-        node.kubectl("-n", NS, "rollout", "restart", f"deployment/{RELEASE}")
-        node.kubectl("-n", NS, "rollout", "status", f"deployment/{RELEASE}", "--timeout=300s")
+        node.kubectl("-n", NS, "rollout", "restart", f"deployment/{FULLNAME}")
+        node.kubectl("-n", NS, "rollout", "status", f"deployment/{FULLNAME}", "--timeout=300s")
         wait_for(lambda: len(ready_pods(node)) == 2 and not before & {p["metadata"]["uid"] for p in ready_pods(node)},
                  120, "two new replicas Ready", interval=0.5)
     finally:
@@ -236,10 +269,14 @@ def test_kustomize_sidecar_starts_is_ready_and_is_scraped(node: Node, images: di
         "components": [os.path.relpath(ROOT / "deploy" / "kustomize", overlay),
                        os.path.relpath(ROOT / "deploy" / "kustomize" / "servicemonitor", overlay)],
         "images": [{"name": "ghcr.io/captf-io/captf-lock-exporter", "newName": repo, "newTag": tag}],
+        # kube-prometheus-stack selects ServiceMonitors by its release label
+        "patches": [{"target": {"kind": "ServiceMonitor"},
+                     "patch": yaml.safe_dump([{"op": "add", "path": "/metadata/labels/release", "value": KPS_RELEASE}])}],
     }))
     node.kubectl("apply", "-k", str(overlay))
     node.kubectl("create", "clusterrolebinding", "sidecar-metrics-prometheus",
-                 "--clusterrole=captf-lock-exporter-sidecar-metrics-reader", "--serviceaccount=monitoring:prometheus")
+                 "--clusterrole=captf-lock-exporter-sidecar-metrics-reader",
+                 f"--serviceaccount=monitoring:{PROMETHEUS_SA}")
     node.kubectl("-n", NS, "rollout", "status", "deployment/captf-controller-manager", "--timeout=180s")
 
     def sidecar_ready() -> dict[str, Any] | None:
@@ -261,7 +298,7 @@ def test_kustomize_sidecar_starts_is_ready_and_is_scraped(node: Node, images: di
 
 
 def test_the_exporter_uses_the_token_the_kubelet_projected(node: Node) -> None:
-    user = f"system:serviceaccount:{NS}:{RELEASE}"
+    user = f"system:serviceaccount:{NS}:{FULLNAME}"
     since = STATE["install_wall"]
     evs = [e for e in node.audit_events() if e.get("user", {}).get("username") == user
            and audit_time(e["requestReceivedTimestamp"]) >= since]
@@ -276,42 +313,3 @@ def test_the_exporter_uses_the_token_the_kubelet_projected(node: Node) -> None:
         pods_seen |= set(extra["authentication.kubernetes.io/pod-name"])
     all_pods = {p["metadata"]["name"] for p in node.pods(NS, SELECTOR)} | STATE["pods"]
     assert pods_seen & all_pods, (pods_seen, all_pods)
-
-
-def test_helm_upgrade_rolls_and_uninstall_leaves_nothing(node: Node, images: dict[str, str]) -> None:
-    before = {p["metadata"]["uid"] for p in node.pods(NS, SELECTOR)}
-    vals = write_values(node, "values-debug", values(images, logLevel="debug"))
-    node.helm("upgrade", RELEASE, str(ROOT / "chart"), "--namespace", NS, "-f", str(vals), "--wait", "--timeout", "5m")
-    wait_for(lambda: len(ready_pods(node)) == 2 and not before & {p["metadata"]["uid"] for p in ready_pods(node)},
-             180, "two new replicas after the upgrade", interval=0.5)
-    for p in ready_pods(node):
-        args = p["spec"]["containers"][0].get("args", [])
-        assert "--log-level=debug" in args, args
-    manifest = STATE["manifest"]
-    objs = [o for o in yaml.safe_load_all(manifest) if o]
-    assert any(o["kind"] == "ClusterRole" for o in objs) and any(o["kind"] == "ClusterRoleBinding" for o in objs)
-    node.helm("uninstall", RELEASE, "--namespace", NS, "--wait", "--timeout", "5m")
-
-    def gone() -> list[str]:
-        left = []
-        for o in objs:
-            ns = o["metadata"].get("namespace")
-            args = ["get", o["kind"], o["metadata"]["name"], "--ignore-not-found", "-o", "name"]
-            if ns:
-                args += ["-n", ns]
-            if node.kubectl(*args).stdout.strip():
-                left.append(f"{o['kind']}/{o['metadata']['name']}")
-        return left
-    wait_for(lambda: not gone(), 120, "every object of the release deleted", interval=1)
-    # nothing else labelled with the release either, namespaced or cluster-scoped: the pods (which
-    # helm does not wait for) end within their grace period
-    kinds = node.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
-
-    def labelled() -> list[str]:
-        r = node.kubectl("get", ",".join(kinds), "-A", "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name",
-                         check=False)
-        if r.returncode != 0:
-            raise AssertionError(f"kubectl get of every kind failed: {r.stderr[-2000:]}")
-        return r.stdout.split()
-    wait_for(lambda: not labelled(), 120, "nothing labelled with the release left", interval=1)
-    assert not node.pods(NS, SELECTOR)

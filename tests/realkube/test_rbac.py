@@ -143,3 +143,48 @@ def test_removed_rule_is_reported_and_the_rest_keeps_serving(cp: ControlPlane, k
     # the rule back: the watch recovers
     kube.apply(role)
     wait_all_up(exp, timeout=120)
+
+
+def test_a_refused_pod_read_is_logged_naming_the_permission(cp: ControlPlane, kube: Kube, ns: str,
+                                                            start_exporter: Callable[..., Exporter]) -> None:
+    """Issue 51, item 8. The chart's bindings deleted while the exporter runs: its open watches go on
+    (an open watch is not authorized again), but the live read of a runner pod is a new request,
+    refused (403). The exporter says so at warn, once, naming verb, resource and namespace, within
+    seconds of the lock arriving; when reads are allowed again, one line ends the episode."""
+    inst = install_chart(kube, {"fullnameOverride": "lock-exporter-podread"}, name="podread")
+    exp = start_exporter(token=inst.token)
+    kube.create(terraform_object(M, ns, "web"))
+    kube.create(lock_lease(ns, M, "web", who="alice@laptop"))
+    wait_samples(exp, [E("captf_state_lock_held", 1, namespace=ns, kind=M, name="web")], 30, "before the cut")
+    bindings = [o for o in inst.objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert bindings, [o["kind"] for o in inst.objects]
+    for b in bindings:
+        kube.delete("clusterrolebindings" if b["kind"] == "ClusterRoleBinding" else "rolebindings",
+                    b["metadata"].get("namespace"), b["metadata"]["name"])
+    # a lock whose runner pod is gone arrives on the open Lease watch
+    gone = runner_pod_name(M, "gone")
+    kube.create(lock_lease(ns, M, "gone", who=f"root@{gone}"))
+    t0 = time.monotonic()
+
+    def refused_lines() -> list[dict]:
+        # the JSON log flattens an event's fields into the line
+        return [l for l in exp.json_logs() if l.get("level") == "WARN" and l.get("resource") == "pods"
+                and l.get("verb") == "get" and l.get("namespace") == ns]
+    lines = wait_for(lambda: refused_lines() or None, 15, "a warning naming get pods in the namespace",
+                     interval=0.2)
+    REPORT["pod_read_refusal_logged_after_s"] = round(time.monotonic() - t0, 1)
+    assert "access denied" in json.dumps(lines[0]), lines
+    m = exp.scrape()
+    assert m.labels("captf_state_lock_info", namespace=ns, name="gone")["class"] == "own_unverified"
+    # the re-checks read the pod again (every 10 s) and are refused again: still one line
+    wait_metric(exp, lambda s: s.get("captf_lock_exporter_pod_reads_total", result="error") >= 3, 60,
+                "three refused reads")
+    assert len(refused_lines()) == 1, refused_lines()
+    # the bindings back: the next read is answered (the pod is gone: stale), the episode ends
+    for b in bindings:
+        kube.apply(b)
+    wait_samples(exp, [E("captf_state_lock_info", 1, namespace=ns, kind=M, name="gone", **{"class": "own_stale"})],
+                 60, "own_stale once the pod can be read")
+    ended = [l for l in exp.json_logs() if "answered again" in json.dumps(l) and ns in json.dumps(l)]
+    assert len(ended) == 1, ended
+    assert ended[0].get("refused", 0) >= 3, ended

@@ -10,7 +10,9 @@ Per tool:
 - a workstation: foreign, overdue past lockTimeoutSeconds, released by the force-unlock ``explain``
   prints; and a clean exit, which releases the lock by itself;
 - a lock-info that does not parse: force-unlock fails as documented; the guarded patch is refused
-  with a wrong ID ("The request is invalid"), accepted by ``--dry-run=server`` and then for real.
+  with a wrong ID ("The request is invalid"), accepted by ``--dry-run=server`` and then for real;
+- a lock ID over 1,024 bytes (kept cut): the printed force-unlock refuses a holder that changed
+  hands after ``explain`` ran, and releases the one it saw.
 
 The exporter must show every release within 5 s; the latencies go to the session report.
 """
@@ -428,3 +430,42 @@ def test_force_unlock_as_printed_takes_an_id_that_starts_with_a_dash(tool: str, 
     text = explain(oncall, ns)
     assert "force-unlock -force -- -foo)" in text, text
     run_manual_unlock(oncall, exp, ns, text, tool, tool, f"foreign: force-unlock -- -foo with {tool}")
+
+
+def test_force_unlock_as_printed_refuses_a_cut_holder_that_changed_hands(tool: str, ns: str, kube: Kube,
+                                                                         oncall: OnCall, iac,
+                                                                         admin_kubeconfig: Path,
+                                                                         start_exporter, tmp_path: Path) -> None:
+    """Issue 51, item 3. A Lease writer chose a lock ID over 1,024 bytes: the exporter keeps it cut,
+    and the force-unlock ``explain`` prints reads it whole from the Lease when pasted. If the lock
+    changed hands in between, the printed commands must release nothing (jq refuses a holder of
+    another length or head); on the holder ``explain`` saw, they release it."""
+    exp, lease = abandoned_lock(tool, ns, kube, iac, admin_kubeconfig, start_exporter, tmp_path)
+    info = lock_info(lease)
+    long_id = info["ID"] + "-" + "x" * 1500
+    seen = dict(info, ID=long_id)
+    kube.patch("leases", ns, lease_of(ns), {"spec": {"holderIdentity": long_id},
+                                             "metadata": {"annotations": {LOCK_INFO_ANNOTATION: json.dumps(seen)}}})
+    wait_class(exp, ns, "foreign")
+    text = explain(oncall, ns)
+    assert f"spec.holderIdentity is {len(long_id)} bytes, shown cut" in text, text
+    assert '-- "$HID")' in text, text
+    script = manual_unlock_script(text).replace("TF=tofu\n", f"TF={tool}\n", 1)
+
+    # released and taken again (a new run's UUID) before the printed command is pasted
+    new_id = "0b7c5e1a-34f2-4d8e-9c61-2f0a5b9d7e43"
+    kube.patch("leases", ns, lease_of(ns), {"spec": {"holderIdentity": new_id},
+                                             "metadata": {"annotations": {
+                                                 LOCK_INFO_ANNOTATION: json.dumps(dict(info, ID=new_id))}}})
+    r = oncall.shell.run("set -e\n" + script, timeout=300)
+    assert r.returncode != 0 and "spec.holderIdentity is no longer the one read" in r.stderr, \
+        f"{script}\n{r.stdout}\n{r.stderr}"
+    assert "successfully unlocked" not in r.stdout, r.stdout
+    assert holder(kube, ns) == new_id, "the new holder's lock was released"
+    count(tool, "foreign", script.count("\n"))
+
+    # the holder explain saw: as printed, it releases
+    kube.patch("leases", ns, lease_of(ns), {"spec": {"holderIdentity": long_id},
+                                             "metadata": {"annotations": {LOCK_INFO_ANNOTATION: json.dumps(seen)}}})
+    run_manual_unlock(oncall, exp, ns, text, tool, tool, f"foreign: cut holderIdentity with {tool}")
+    assert holder(kube, ns) == "", "the lock explain saw is released"

@@ -49,6 +49,7 @@ from procs import exporter_env, free_port, start, stop, stop_all, write_fake_kub
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_report import details, figures, fleet_label, table  # noqa: E402
+import churn_phases  # noqa: E402
 
 PROM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
@@ -483,6 +484,19 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
         res["settled_s"] = time.perf_counter() - t_ready
         log(f"{tag}: stale verdicts settled {res['settled_s']:.1f} s after ready")
 
+        async def churn48():
+            """Issue 48's churn phases (churn_phases.py), on the fleet as the run left it."""
+            ctx = churn_phases.Ctx(session=session, api=api, metrics_url=metrics_url, pid=pid, info=info, args=args,
+                                   change_latency=change_latency, metric_line=metric_line, cpu_seconds=cpu_seconds,
+                                   log=lambda *a: log(f"{tag}:", *a), deadline_s=mode.change_deadline)
+            res["churn48"] = await churn_phases.run(ctx, churn_phases.selected(args))
+            res["rss_end_mib"] = status_kib(pid, "VmRSS") / 1024
+            if exporter.poll() is not None:
+                raise RuntimeError(f"exporter exited with {exporter.returncode}; see {ex_log}")
+        if args.churn_only:
+            await churn48()
+            return res
+
         seq_n = mode.seq_n
         # In the reduced mode the sequential phases are watched for the peak RSS too (the full
         # mode's peak comes from its concurrent phases; the sampling thread is left out there so
@@ -652,6 +666,8 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
             res[pre + "churn_p50_ms"] = pct(churn, 50) * 1e3
             res[pre + "churn_p99_ms"] = pct(churn, 99) * 1e3
         res["scrape_after_changes_ms"] = (await timed_get(session, metrics_url, PLAIN))[0] * 1e3
+        if churn_phases.selected(args):
+            await churn48()
 
         if with_prometheus:
             try:
@@ -729,9 +745,13 @@ async def main() -> int:
     ap.add_argument("--changes", type=int, default=3, help="changes per kind for change-to-metric")
     ap.add_argument("--prometheus", choices=["yes", "no"], default="yes",
                     help="feed the largest size's exposition to a real Prometheus")
+    churn_phases.add_arguments(ap)
     ap.add_argument("--workdir", default="")
     ap.add_argument("--json", default="", help="also write the results here")
     args = ap.parse_args()
+    churn_phases.selected(args)  # an unknown phase fails here, not after the first fleet is built
+    if args.churn_only and not churn_phases.selected(args):
+        ap.error("--churn-only needs --churn-phases")
     exporters = []
     for spec in args.exporter:
         name, sep, path = spec.partition("=")
@@ -766,11 +786,17 @@ async def main() -> int:
     if reduced:
         print(f"Reduced mode at {', '.join(reduced)} (from {fleet_label(args.reduced_from)} objects): "
               f"{REDUCED_SUMMARY}\n")
-    print(table(results))
-    print()
-    print(details(results))
-    print()
-    print(figures(results))
+    full = [r for r in results if "seq_p50_ms" in r]  # not the --churn-only runs
+    if full:
+        print(table(full))
+        print()
+        print(details(full))
+        print()
+        print(figures(full))
+    churn = churn_phases.report(results)
+    if churn:
+        print()
+        print(churn)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

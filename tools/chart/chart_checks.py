@@ -236,7 +236,7 @@ def check_workload(objs: list[dict[str, Any]], values: dict[str, Any], merged: d
     tls = merged["web"]["tls"]
     if not tls["enabled"]:
         want_args.append("--plain-http")
-    elif tls["secretName"]:
+    elif tls["type"] != "selfSigned":  # helm, certManager, existingSecret: a Secret is mounted
         want_args += [f"--tls-cert-file={TLS_DIR}/tls.crt", f"--tls-key-file={TLS_DIR}/tls.key"]
     want_args.append("--auth=" + ("kubernetes" if merged["web"]["auth"]["enabled"] else "none"))
     if merged["web"]["auth"]["enabled"] and merged["web"]["auth"]["audiences"]:

@@ -59,6 +59,9 @@ PAGES_URLS = ["/", "/locks/*"]
 SA_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 TLS_DIR = "/etc/captf-lock-exporter/tls"
 CR_KINDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
+# cert-manager.io/v1 (web.tls.type=certManager): checked field by field here, against cert-manager's
+# own CRDs by the node stage (tests/node).
+CERT_MANAGER_KINDS = {"Issuer", "ClusterIssuer", "Certificate"}
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "Namespace"}
 UID = 65532
 
@@ -125,7 +128,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "monitored": {"serviceMonitor": {"enabled": True}, "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]}},
     # A cert-manager Secret, the CA from a Secret, the token from a Secret.
     "tls-secret": {
-        "web": {"tls": {"secretName": "captf-lock-exporter-tls"}, "auth": {"audiences": ["captf-lock-exporter"]}},
+        "web": {"tls": {"type": "existingSecret", "existingSecret": {"name": "captf-lock-exporter-tls"}},
+                "auth": {"audiences": ["captf-lock-exporter"]}},
         "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]},
         "pagesReader": {"groups": ["platform-oncall"]},
         "serviceMonitor": {
@@ -136,7 +140,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
     # The CA from a ConfigMap (trust-manager's bundle) and an explicit name.
     "ca-configmap": {
-        "web": {"tls": {"secretName": "lock-exporter-cert"}},
+        "web": {"tls": {"type": "existingSecret", "existingSecret": {"name": "lock-exporter-cert", "caKey": ""}}},
         "serviceMonitor": {
             "enabled": True,
             "tlsConfig": {"ca": {"configMap": {"name": "cluster-ca-bundle", "key": "ca.crt"}},
@@ -146,7 +150,23 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                       "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}},
     },
     # secretName is ignored without TLS (--tls-cert-file conflicts with --plain-http).
-    "plain-http": {"web": {"tls": {"enabled": False, "secretName": "unused-tls"}}, "serviceMonitor": {"enabled": True}},
+    "plain-http": {"web": {"tls": {"enabled": False, "type": "existingSecret", "existingSecret": {"name": "unused-tls"}}},
+                   "serviceMonitor": {"enabled": True}},
+    # Issue 50: each web.tls.type. cert-manager with the chart's self-signed CA, with a CA of yours,
+    # with your ClusterIssuer; the exporter's self-signed certificate only with insecureSkipVerify by name;
+    # a full tlsConfig passed through.
+    "cert-manager": {"web": {"tls": {"type": "certManager", "certManager": {"duration": "720h", "renewBefore": "240h"}}},
+                     "serviceMonitor": {"enabled": True}, "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]}},
+    "cert-manager-ca": {"web": {"tls": {"type": "certManager", "certManager": {"issuer": "ca", "caSecretName": "corp-ca"}}},
+                        "serviceMonitor": {"enabled": True}},
+    "cert-manager-issuer": {"web": {"tls": {"type": "certManager", "certManager": {
+        "existingIssuer": {"kind": "ClusterIssuer", "name": "corp-pki"}}}}, "serviceMonitor": {"enabled": True}},
+    "self-signed-insecure": {"web": {"tls": {"type": "selfSigned"}},
+                             "serviceMonitor": {"enabled": True, "tlsConfig": {"insecureSkipVerify": True}}},
+    "tls-passthrough": {"serviceMonitor": {"enabled": True, "tlsConfig": {
+        "ca": {"configMap": {"name": "trust-bundle", "key": "bundle.pem"}}, "serverName": "exporter.example.internal",
+        "cert": {"secret": {"name": "prom-client", "key": "tls.crt"}}, "keySecret": {"name": "prom-client", "key": "tls.key"},
+        "minVersion": "TLS13"}}},
     "no-auth": {"web": {"auth": {"enabled": False}}, "serviceMonitor": {"enabled": True},
                 "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]}},
     "insecure": {"web": {"tls": {"enabled": False}, "auth": {"enabled": False}}, "networkPolicy": {"enabled": False},
@@ -203,7 +223,17 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "serviceMonitor.tlsConfig.ca: secret and configMap": {"serviceMonitor": {"tlsConfig": {"ca": {
         "secret": {"name": "a", "key": "ca.crt"}, "configMap": {"name": "b", "key": "ca.crt"}}}}},
     "serviceMonitor.tlsConfig.ca.secret: no key": {"serviceMonitor": {"tlsConfig": {"ca": {"secret": {"name": "a"}}}}},
-    "serviceMonitor.tlsConfig.insecureSkipVerify (not a value)": {"serviceMonitor": {"tlsConfig": {"insecureSkipVerify": True}}},
+    'serviceMonitor.tlsConfig.insecureSkipVerify: "true"': {"serviceMonitor": {"tlsConfig": {"insecureSkipVerify": "true"}}},
+    "serviceMonitor.tlsConfig.unknownKey": {"serviceMonitor": {"tlsConfig": {"verify": False}}},
+    "serviceMonitor.tlsConfig.minVersion: TLS1.3": {"serviceMonitor": {"tlsConfig": {"minVersion": "TLS1.3"}}},
+    # Issue 50.
+    "web.tls.secretName (gone: type existingSecret)": {"web": {"tls": {"secretName": "x"}}},
+    "web.tls.type: vault": {"web": {"tls": {"type": "vault"}}},
+    "web.tls.type existingSecret without a name": {"web": {"tls": {"type": "existingSecret"}}},
+    "web.tls.certManager.issuer: acme": {"web": {"tls": {"certManager": {"issuer": "acme"}}}},
+    "web.tls.certManager.existingIssuer.kind: Vault": {"web": {"tls": {"certManager": {"existingIssuer": {"kind": "Vault"}}}}},
+    "web.tls.certManager.duration: 90d": {"web": {"tls": {"certManager": {"duration": "90d"}}}},
+    "web.tls.helm.certDurationDays: 0": {"web": {"tls": {"helm": {"certDurationDays": 0}}}},
     "serviceMonitor.authorization.credentials: no key": {"serviceMonitor": {"authorization": {"credentials": {"name": "s"}}}},
     "serviceMonitor.bearerTokenFile: relative": {"serviceMonitor": {"bearerTokenFile": "token"}},
     "networkPolicy.ingress.namespaceSelector: a string": {"networkPolicy": {"ingress": {"namespaceSelector": "monitoring"}}},

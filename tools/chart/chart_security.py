@@ -29,6 +29,7 @@ from chart_common import (
     render,
 )
 from chart_checks import check_auth_rules, check_rbac
+from chart_tls import check_service_monitor_tls, tls_secret_name
 
 
 def _container(objs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -42,7 +43,7 @@ def _probe_schemes(c: dict[str, Any]) -> list[str]:
 
 
 def check_web_tls(objs: list[dict[str, Any]], merged: dict[str, Any]) -> str:
-    """HTTPS unless web.tls.enabled is false; web.tls.secretName mounted and passed as both file flags."""
+    """HTTPS unless web.tls.enabled is false; the certificate's Secret (web.tls.type) mounted and passed as both file flags."""
     tls = merged["web"]["tls"]
     _dep, pod, c = _container(objs)
     args = c["args"]
@@ -56,12 +57,13 @@ def check_web_tls(objs: list[dict[str, Any]], merged: dict[str, Any]) -> str:
         return "plain HTTP: --plain-http, probes HTTP, no certificate"
     expect("--plain-http" not in args, f"web.tls.enabled but --plain-http in {args}")
     expect(_probe_schemes(c) == ["HTTPS", "HTTPS"], f"TLS on but probe schemes {_probe_schemes(c)}")
-    if not tls["secretName"]:
-        expect(not file_flags, f"no web.tls.secretName but {file_flags}")
-        expect(not secret_vols, f"no web.tls.secretName but Secret volumes {secret_vols}")
+    name = tls_secret_name(objs, merged)
+    if not name:
+        expect(not file_flags, f"web.tls.type {tls['type']} (no Secret) but {file_flags}")
+        expect(not secret_vols, f"web.tls.type {tls['type']} (no Secret) but Secret volumes {secret_vols}")
         return "HTTPS with the self-signed certificate, probes HTTPS"
-    vols = [v for v in secret_vols if v["secret"].get("secretName") == tls["secretName"]]
-    expect(len(vols) == 1, f"Secret {tls['secretName']} is not one pod volume: {pod.get('volumes')}")
+    vols = [v for v in secret_vols if v["secret"].get("secretName") == name]
+    expect(len(vols) == 1, f"Secret {name} is not one pod volume: {pod.get('volumes')}")
     mounts = [m for m in c.get("volumeMounts", []) if m["name"] == vols[0]["name"]]
     expect(len(mounts) == 1, f"volume {vols[0]['name']} is not mounted once in the exporter: {c.get('volumeMounts')}")
     m = mounts[0]
@@ -70,7 +72,7 @@ def check_web_tls(objs: list[dict[str, Any]], merged: dict[str, Any]) -> str:
     expect(m["mountPath"] == TLS_DIR, f"mountPath {m['mountPath']} != {TLS_DIR}")
     want = [f"--tls-cert-file={TLS_DIR}/tls.crt", f"--tls-key-file={TLS_DIR}/tls.key"]
     expect(file_flags == want, f"file flags {file_flags} != {want}")
-    return f"HTTPS from Secret {tls['secretName']} at {TLS_DIR} (read-only, no subPath), probes HTTPS"
+    return f"HTTPS from Secret {name} ({tls['type']}) at {TLS_DIR} (read-only, no subPath), probes HTTPS"
 
 
 def _grants_reviews(o: dict[str, Any]) -> bool:
@@ -182,7 +184,6 @@ def check_service_monitor_security(objs: list[dict[str, Any]], merged: dict[str,
         return "no ServiceMonitor"
     sm_values = merged["serviceMonitor"]
     tls, auth = merged["web"]["tls"]["enabled"], merged["web"]["auth"]["enabled"]
-    svc = one(objs, "Service")
     ep = one(sms, "ServiceMonitor")["spec"]["endpoints"][0]
     expect(ep["scheme"] == ("https" if tls else "http"), f"scheme {ep['scheme']} with web.tls.enabled={tls}")
     expect(not {"bearerTokenSecret", "basicAuth", "oauth2"} & set(ep), f"unexpected credentials {sorted({'bearerTokenSecret', 'basicAuth', 'oauth2'} & set(ep))}")
@@ -199,16 +200,10 @@ def check_service_monitor_security(objs: list[dict[str, Any]], merged: dict[str,
         expect(ep.get("bearerTokenFile") == SA_TOKEN_FILE, f"bearerTokenFile {ep.get('bearerTokenFile')} != {SA_TOKEN_FILE}")
         expect("authorization" not in ep, "both authorization and bearerTokenFile")
         notes.append("Prometheus' ServiceAccount token file")
-    ca = sm_values["tlsConfig"]["ca"]
     if not tls:
         expect("tlsConfig" not in ep, "plain HTTP with a tlsConfig")
-    elif ca:
-        host = sm_values["tlsConfig"]["serverName"] or f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc"
-        expect(ep.get("tlsConfig") == {"ca": ca, "serverName": host}, f"tlsConfig {ep.get('tlsConfig')} != ca {ca}, serverName {host}")
-        notes.append(f"CA from {next(iter(ca))} {next(iter(ca.values()))['name']}, serverName {host}")
     else:
-        expect(ep.get("tlsConfig") == {"insecureSkipVerify": True}, f"tlsConfig {ep.get('tlsConfig')} != insecureSkipVerify (no CA given)")
-        notes.append("insecureSkipVerify (no CA)")
+        notes.append(check_service_monitor_tls(objs, merged))
     return ", ".join(notes)
 
 
@@ -226,10 +221,12 @@ def check_secure_defaults(objs: list[dict[str, Any]], merged: dict[str, Any]) ->
            f"default ingress peers {want_peers(np_values)}, want the monitoring namespace only")
     expect(len(by_kind(objs, "NetworkPolicy")) == 1, "no NetworkPolicy in the default render")
     sm = merged["serviceMonitor"]
-    expect(not sm["tlsConfig"]["ca"] and not sm["authorization"]["credentials"] and sm["bearerTokenFile"] == SA_TOKEN_FILE,
+    expect(not sm["authorization"]["credentials"] and sm["bearerTokenFile"] == SA_TOKEN_FILE,
            "default ServiceMonitor credentials")
+    expect(merged["web"]["tls"]["type"] == "helm" and sm["tlsConfig"] == {},
+           f"default web.tls.type {merged['web']['tls']['type']} / tlsConfig {sm['tlsConfig']}: want helm (a CA Prometheus verifies)")
     expect(merged["metricsReader"]["serviceAccounts"] == [], "a default scraper binding (the chart cannot know your Prometheus)")
-    return "HTTPS, --auth=kubernetes, probes HTTPS, review ClusterRole, NetworkPolicy from namespace monitoring only"
+    return "HTTPS (Helm-made CA), --auth=kubernetes, probes HTTPS, review ClusterRole, NetworkPolicy from namespace monitoring only"
 
 
 def _notes(chart_dir: Path, values: dict[str, Any]) -> str:

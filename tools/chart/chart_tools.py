@@ -14,6 +14,7 @@ from typing import Any, Callable
 import yaml
 
 from chart_common import (
+    CERT_MANAGER_KINDS,
     CR_KINDS,
     FIXTURES,
     K8S_VERSIONS,
@@ -59,11 +60,12 @@ def kubernetes_validate(objs: list[dict[str, Any]], workdir: Path, label: str) -
     p = subprocess.run(cmd, capture_output=True, text=True)
     out = (p.stdout + p.stderr).strip().splitlines()
     errors = [l for l in out if not l.startswith("WARN ")]
-    unschema = [l for l in out if l.startswith("WARN ") and files.get(l.split()[1], {}).get("kind") not in CR_KINDS]
+    unschema = [l for l in out if l.startswith("WARN ")
+                and files.get(l.split()[1], {}).get("kind") not in CR_KINDS | CERT_MANAGER_KINDS]
     expect(p.returncode == 0 and not errors and not unschema,
            f"{label}: kubernetes-validate rc={p.returncode}:\n  " + "\n  ".join(errors + unschema))
-    crs = sum(1 for o in objs if o["kind"] in CR_KINDS)
-    return f"{len(objs) - crs} objects against {' and '.join(K8S_VERSIONS)} strict" + (f"; {crs} CR(s) left to the operator schemas" if crs else "")
+    crs = sum(1 for o in objs if o["kind"] in CR_KINDS | CERT_MANAGER_KINDS)
+    return f"{len(objs) - crs} objects against {' and '.join(K8S_VERSIONS)} strict" + (f"; {crs} CR(s) left to their own schemas" if crs else "")
 
 
 def validate_crs(items: list[tuple[str, dict[str, Any]]], workdir: Path) -> str:

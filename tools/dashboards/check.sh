@@ -9,9 +9,15 @@
 #                  requires check.js to fail with the expected message
 #   live_check.py  runs every query against a real Prometheus scraping two
 #                  fixture exporter replicas; each must return the right data
+#   strict/        grafana-foundation-sdk's Go types (Grafana's own schemas, generated)
+#                  decode every dashboard strictly: the dashboard, each panel's options and
+#                  fieldConfig (custom included) and targets; an unknown or mistyped key fails
+#   strict_selftest.py  renames keys as a typo would, one at a time, and requires the strict
+#                  decoder to fail naming the key
 #
 # Needs: node >= 18 + npm (dependencies from the npm registry via `npm ci`
-# and the committed package-lock.json; nothing else is downloaded), python3,
+# and the committed package-lock.json), Go 1.26 (the strict decoder, from the
+# Go module proxy through strict/go.sum, built once into the version-keyed cache), python3,
 # and Debian's `prometheus` package (promtool and prometheus):
 #   apt-get install -y --no-install-recommends prometheus
 # On a workstation without it: DASHBOARDS_SKIP_PROMTOOL=1 DASHBOARDS_SKIP_LIVE=1.
@@ -48,6 +54,13 @@ step() {
 step check.js node check.js
 step selftest.js node selftest.js
 step live_check.py python3 live_check.py
+strict_decoder() {
+  local bin
+  bin=$(bash strict/build.sh) || return 1
+  "$bin" ../../dashboards/*.json || return 1
+  python3 strict_selftest.py "$bin" ../../dashboards/*.json
+}
+step "strict decode (grafana-foundation-sdk Go types) + typo self-test" strict_decoder
 
 echo "check.sh: total $(ms "$start") ms"
 echo "dashboards: $passed passed, $failed failed"

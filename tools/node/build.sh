@@ -7,6 +7,10 @@
 #   prometheus-operator, prometheus-config-reloader               tools/node/operator
 #   helm                                                          tools/node/helm
 #   pause (the pod sandbox's process)                             tools/node/pause
+#   kube-router (its network policy controller enforces the chart's NetworkPolicy)
+#                                                                 tools/node/kube-router
+#   cert-manager's controller (cert-manager mode of the chart)    tools/node/cert-manager
+#   impostor (a TLS server with a certificate nobody trusts)      tools/node/impostor
 # kube-apiserver, etcd and kubectl come from tools/kube/build.sh, Prometheus 3 and Alertmanager from
 # tools/prometheus3/build.sh; runc is Debian's. A binary already in the cache is not rebuilt.
 #
@@ -65,5 +69,22 @@ record HELM "$(go_build_cached helm "$hv" "$here/helm" helm.sh/helm/v4/cmd/helm 
   "-s -w -X helm.sh/helm/v4/internal/version.version=$hv")"
 
 record PAUSE "$(go_build_cached pause v1 "$here/pause" . "-s -w")"
+record IMPOSTOR "$(go_build_cached impostor "v1-$(sha256sum "$here/impostor/main.go" | cut -c1-12)" "$here/impostor" . "-s -w")"
+
+kr=$(modver "$here/kube-router" github.com/cloudnativelabs/kube-router/v2)
+record KUBE_ROUTER "$(go_build_cached kube-router "$kr" "$here/kube-router" \
+  github.com/cloudnativelabs/kube-router/v2/cmd/kube-router \
+  "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$kr -X github.com/cloudnativelabs/kube-router/v2/pkg/version.BuildDate=module")"
+
+# cert-manager's controller is the one piece the stage can do without: when it does not build, the
+# stage installs cert-manager's CRDs only and writes the Secret as the controller would (say so).
+cm=$(modver "$here/cert-manager" github.com/cert-manager/cert-manager)
+if p=$(go_build_cached cert-manager-controller "$cm" "$here/cert-manager" \
+  github.com/cert-manager/cert-manager/cmd/controller \
+  "-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=$cm -X github.com/cert-manager/cert-manager/pkg/util.AppGitCommit=module"); then
+  record CERT_MANAGER "$p"
+else
+  echo "build.sh: cert-manager $cm's controller did not build (above); the node stage runs without it" >&2
+fi
 
 if [ "${1:-}" = --env ]; then printf '%s\n' "${env_lines[@]}"; else printf '%s\n' "${env_lines[@]#*=}"; fi

@@ -12,9 +12,6 @@ use super::keys::LockKey;
 pub struct DeadlineQueue {
     by_deadline: BTreeSet<(i64, LockKey)>,
     deadline_of: HashMap<LockKey, i64>,
-    /// A policy that many deadlines depend on changed (a TerraformCluster
-    /// or a CAPI Cluster): recompute every queued deadline before popping.
-    stale: bool,
     /// The first deadline moved earlier (or everything went stale) since
     /// [`DeadlineQueue::take_moved_earlier`]: a checker sleeping until the
     /// old first deadline must wake.
@@ -94,18 +91,8 @@ impl DeadlineQueue {
         self.deadline_of.get(key).is_some_and(|d| *d < now_ms)
     }
 
-    /// Marks every deadline as possibly out of date.
-    pub fn mark_stale(&mut self) {
-        self.stale = true;
-        self.moved_earlier = true;
-    }
-
-    /// The first deadline (Unix ms), or `i64::MIN` when every deadline
-    /// must be recomputed first; None when nothing is queued.
+    /// The first deadline (Unix ms); None when nothing is queued.
     pub fn first_deadline(&self) -> Option<i64> {
-        if self.stale {
-            return Some(i64::MIN);
-        }
         self.by_deadline.first().map(|(d, _)| *d)
     }
 
@@ -113,14 +100,6 @@ impl DeadlineQueue {
     /// the flag.
     pub fn take_moved_earlier(&mut self) -> bool {
         std::mem::take(&mut self.moved_earlier)
-    }
-
-    /// When marked stale: every queued lock, to recompute; clears the mark.
-    pub fn take_stale(&mut self) -> Vec<LockKey> {
-        if !std::mem::take(&mut self.stale) {
-            return Vec::new();
-        }
-        self.deadline_of.keys().cloned().collect()
     }
 
     /// Number of queued locks.
@@ -180,11 +159,8 @@ mod tests {
             "a removal only makes a wake useless"
         );
         assert_eq!(q.first_deadline(), Some(2_000));
-        q.mark_stale();
-        assert!(q.take_moved_earlier());
-        assert_eq!(q.first_deadline(), Some(i64::MIN));
-        assert_eq!(q.take_stale(), vec![a]);
-        assert_eq!(q.first_deadline(), Some(2_000));
+        q.remove(&a);
+        assert_eq!(q.first_deadline(), None);
     }
 
     #[test]
@@ -198,9 +174,6 @@ mod tests {
         assert!(q.pop_due(1_000).is_empty(), "strictly before now");
         assert_eq!(q.pop_due(1_001), vec![b.clone()]);
         assert!(q.pop_due(2_500).is_empty(), "a moved to 3 s");
-        q.mark_stale();
-        assert_eq!(q.take_stale(), vec![a.clone()]);
-        assert!(q.take_stale().is_empty());
         q.remove(&a);
         assert!(q.is_empty() && q.pop_due(i64::MAX).is_empty());
     }

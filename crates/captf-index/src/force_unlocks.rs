@@ -12,7 +12,11 @@
 //! but at most [`MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE`] per namespace:
 //! whoever may create Events could otherwise fill the memory with Events
 //! about objects that never exist. Past it they are dropped, and the write
-//! says how many ([`crate::Effects::events_dropped`]).
+//! says how many ([`crate::Effects::events_dropped`]). While the exporter
+//! starts, a live Event may pass the cap (at most
+//! [`MAX_UNKNOWN_OBJECT_EVENTS_WHILE_STARTING`] in all): the Event of a
+//! real force-unlock may come before its object is listed, and a cap
+//! filled beforehand must not hide it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -36,6 +40,13 @@ pub const MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE: u64 = 10;
 /// listed. About 3 KiB each with their counters and this bookkeeping
 /// (names of 253 bytes; tests/hostile_memory.rs).
 pub const MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE: usize = 256;
+
+/// Most live Events about unknown objects kept past their namespace's cap
+/// while the exporter starts ([`crate::Index::begin_start`] until every
+/// watch has synced), over all namespaces and the whole run: a real
+/// force-unlock's Event may come on the live watch before its object's
+/// Lease or Terraform* object is listed. About 12 MiB at most (3 KiB each).
+pub const MAX_UNKNOWN_OBJECT_EVENTS_WHILE_STARTING: usize = 4096;
 
 /// The stored Events of one namespace whose object was unknown when they
 /// came, by that object; forgotten when the object becomes known.
@@ -61,8 +72,12 @@ pub struct ForceUnlockIndex {
     /// name is over 63 bytes): its deletion finds the counter here.
     by_lock: HashMap<LockKey, HashSet<ObjectRef>>,
     /// Per namespace, the stored Events about objects not known: at most
-    /// [`MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE`].
+    /// [`MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE`], and those let past it
+    /// while starting.
     unknown: HashMap<String, UnknownObjects>,
+    /// Live Events let past their namespace's cap while starting, ever (a
+    /// deleted one does not give its place back: the bound is on the run).
+    passed_cap_while_starting: usize,
 }
 
 /// The lock an object's counter belongs to; None for a kind that is not a
@@ -84,6 +99,16 @@ fn regarding(ev: &ForceUnlockEvent) -> ObjectRef {
     ObjectRef::new(&ev.namespace, &ev.kind, &ev.name)
 }
 
+/// Whether an Event about an unknown object may pass its namespace's cap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cap {
+    /// It may not.
+    Held,
+    /// A live Event while starting: it may, within
+    /// [`MAX_UNKNOWN_OBJECT_EVENTS_WHILE_STARTING`].
+    PassableWhileStarting,
+}
+
 /// What came of storing one Event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stored {
@@ -97,17 +122,25 @@ pub enum Stored {
 impl ForceUnlockIndex {
     /// Stores an Event seen on a live watch (it counts); None when it is
     /// the one stored already. `known` says whether an object exists (for
-    /// counter cleanup, and the cap on Events about unknown objects).
+    /// counter cleanup, and the cap on Events about unknown objects);
+    /// `starting`: not every watch has synced, so an unknown object may
+    /// only not be listed yet, and the Event may pass a full cap.
     pub fn apply(
         &mut self,
         key: ObjectKey,
         ev: ForceUnlockEvent,
+        starting: bool,
         known: &dyn Fn(&ObjectRef) -> bool,
     ) -> Option<Stored> {
         if self.events.get(&key) == Some(&ev) {
             return None;
         }
-        Some(self.store(key, ev, true, known))
+        let cap = if starting {
+            Cap::PassableWhileStarting
+        } else {
+            Cap::Held
+        };
+        Some(self.store(key, ev, true, cap, known))
     }
 
     /// Forgets an Event (deleted or expired); returns whether it was kept.
@@ -163,11 +196,17 @@ impl ForceUnlockIndex {
     }
 
     /// Counts the Event `key` about the unknown `obj` against its
-    /// namespace's cap; false when the namespace is full.
-    fn flag(&mut self, obj: &ObjectRef, key: &ObjectKey) -> bool {
+    /// namespace's cap; false when the namespace is full and `cap` does not
+    /// let it pass.
+    fn flag(&mut self, obj: &ObjectRef, key: &ObjectKey, cap: Cap) -> bool {
         let unknown = self.unknown.entry(obj.namespace.clone()).or_default();
         if unknown.events >= MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE {
-            return false;
+            let passes = cap == Cap::PassableWhileStarting
+                && self.passed_cap_while_starting < MAX_UNKNOWN_OBJECT_EVENTS_WHILE_STARTING;
+            if !passes {
+                return false;
+            }
+            self.passed_cap_while_starting += 1;
         }
         let keys = unknown.by_object.entry(obj.clone()).or_default();
         if keys.insert(key.clone()) {
@@ -201,7 +240,9 @@ impl ForceUnlockIndex {
         }
         let mut dropped = 0;
         for (key, ev) in items {
-            if self.store(key, ev, counting, known) == Stored::Dropped {
+            // A listed Event never passes the cap: a list brings every
+            // Event of the last hour at once, an attacker's too.
+            if self.store(key, ev, counting, Cap::Held, known) == Stored::Dropped {
                 dropped += 1;
             }
         }
@@ -214,6 +255,7 @@ impl ForceUnlockIndex {
         key: ObjectKey,
         ev: ForceUnlockEvent,
         counting: bool,
+        cap: Cap,
         known: &dyn Fn(&ObjectRef) -> bool,
     ) -> Stored {
         let new_ref = regarding(&ev);
@@ -221,7 +263,7 @@ impl ForceUnlockIndex {
         if let Some(old) = &old_ref {
             self.unflag(old, &key);
         }
-        if !known(&new_ref) && !self.flag(&new_ref, &key) {
+        if !known(&new_ref) && !self.flag(&new_ref, &key, cap) {
             // What was stored of it (about another object, or counted
             // before its namespace filled) goes too: no half-kept Event.
             self.delete(&key, known);

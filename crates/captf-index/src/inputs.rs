@@ -141,21 +141,44 @@ impl IndexResource<TfObject> for Index {
             &key.namespace,
             state_suffix(&key.namespace, kind, &key.name),
         );
-        if self.policy.object(&lock) == Some(&obj) {
+        let old = self.policy.object(&lock);
+        if old == Some(&obj) {
             // CAPTF writes its status often (lastRun, other conditions):
             // nothing the exporter keeps moved.
             return fx;
         }
+        let new = old.is_none();
+        // What its machines and pools inherit: its policies, and which of
+        // them find it (its label). CAPTF's status churn (activeJob, its
+        // conditions) moves neither and reaches its own key alone.
+        let reaches_inheritors = kind == Kind::TerraformCluster
+            && old.is_none_or(|o| o.cluster != obj.cluster || o.cluster_label != obj.cluster_label);
+        let old_label = old.and_then(|o| o.cluster_label.clone());
         self.mark(&lock);
-        if kind == Kind::TerraformCluster {
-            // Its machines' and pools' timeouts may change with it.
-            self.deadlines.mark_stale();
-            self.changes.mark_all();
+        let mut inheritors = Vec::new();
+        if reaches_inheritors {
+            inheritors = self.policy.inheritors_of_terraform_cluster(
+                &key.namespace,
+                &key.name,
+                old_label.as_deref(),
+            );
         }
-        let new = self.policy.object(&lock).is_none();
+        let name = key.name.clone();
         let lock = self.policy.apply_object(lock, key, obj);
         if new {
             self.force_unlocks.now_known(&lock);
+        }
+        if reaches_inheritors {
+            let label = self
+                .policy
+                .object(&lock)
+                .and_then(|o| o.cluster_label.clone());
+            inheritors.extend(self.policy.inheritors_of_terraform_cluster(
+                &lock.namespace,
+                &name,
+                label.as_deref(),
+            ));
+            self.inherited_policy_changed(inheritors, now);
         }
         // Own-pod recognition needs the object's full name: reclassify its
         // lock (which also compares CAPTF's verdict in the status with it).
@@ -173,11 +196,20 @@ impl IndexResource<TfObject> for Index {
             return fx;
         }
         self.mark(&lock);
-        if kind == Kind::TerraformCluster {
-            self.deadlines.mark_stale();
-            self.changes.mark_all();
-        }
+        let inheritors = match kind {
+            Kind::TerraformCluster => {
+                let label = self
+                    .policy
+                    .object(&lock)
+                    .and_then(|o| o.cluster_label.clone());
+                let ns = &key.namespace;
+                self.policy
+                    .inheritors_of_terraform_cluster(ns, &key.name, label.as_deref())
+            }
+            _ => Vec::new(),
+        };
         let lock = self.policy.remove_object(kind, &key);
+        self.inherited_policy_changed(inheritors, now);
         self.gc_counter(&ObjectRef::new(&key.namespace, kind.as_str(), &key.name));
         self.reclassify_lock_or_review(&lock, now, &mut fx);
         fx
@@ -237,19 +269,19 @@ impl IndexResource<CapiCluster> for Index {
     type Key = ObjectKey;
     type Scope = Option<String>;
 
-    fn apply(&mut self, key: ObjectKey, cluster: CapiCluster, _now: SystemTime) -> Effects {
+    fn apply(&mut self, key: ObjectKey, cluster: CapiCluster, now: SystemTime) -> Effects {
+        let inheritors = self.policy.inheritors_of_label(&key.namespace, &key.name);
         if self.policy.apply_capi(key, cluster) {
-            // Timeouts and names reach every object of the cluster.
-            self.changes.mark_all();
-            self.deadlines.mark_stale();
+            // Which TerraformCluster its machines and pools inherit from.
+            self.inherited_policy_changed(inheritors, now);
         }
         Effects::default()
     }
 
-    fn delete(&mut self, key: ObjectKey, _now: SystemTime) -> Effects {
+    fn delete(&mut self, key: ObjectKey, now: SystemTime) -> Effects {
+        let inheritors = self.policy.inheritors_of_label(&key.namespace, &key.name);
         if self.policy.remove_capi(&key) {
-            self.changes.mark_all();
-            self.deadlines.mark_stale();
+            self.inherited_policy_changed(inheritors, now);
         }
         Effects::default()
     }
@@ -274,9 +306,9 @@ impl IndexResource<ForceUnlockEvent> for Index {
         let before = self.force_unlocks.lock_of_event(&key);
         let after = force_unlocks::lock_of_regarding(&ev);
         let known = |o: &ObjectRef| object_known(&self.locks, &self.policy, o);
-        let stored = self
-            .force_unlocks
-            .apply(key, without_future_time(ev, now), &known);
+        let stored =
+            self.force_unlocks
+                .apply(key, without_future_time(ev, now), self.starting, &known);
         let moved = match stored {
             None => [None, None],
             Some(force_unlocks::Stored::Kept) => [before, after],
@@ -375,6 +407,18 @@ impl Index {
     #[cfg(test)]
     pub(crate) fn take_changed(&mut self) -> bool {
         !self.take_changes().is_empty()
+    }
+
+    /// The effective timeouts of `inheritors` (machines and pools) may have
+    /// moved with their TerraformCluster or CAPI Cluster: their series are
+    /// redrawn and their overdue deadlines computed again, theirs alone.
+    fn inherited_policy_changed(&mut self, mut inheritors: Vec<LockKey>, now: SystemTime) {
+        inheritors.sort_unstable();
+        inheritors.dedup();
+        for key in &inheritors {
+            self.mark(key);
+            self.schedule_overdue(key, now);
+        }
     }
 
     /// Marks the series of one lock key out of date, and those of a lock

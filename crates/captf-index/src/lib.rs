@@ -52,6 +52,7 @@ pub use entries::{
 pub use facts::{AgeAt, CaptfView, LockFacts, LockFilter, NodeFacts, ObjectKnown, PodFacts};
 pub use force_unlocks::{
     MAX_FORCE_UNLOCKS_PER_EVENT_UPDATE, MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE,
+    MAX_UNKNOWN_OBJECT_EVENTS_WHILE_STARTING,
 };
 pub use keys::{LockKey, ObjectKey, ObjectRef};
 pub use locks::{Lock, LockState};

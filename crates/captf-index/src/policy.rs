@@ -24,6 +24,9 @@ pub struct PolicyIndex {
     /// TerraformCluster names per (namespace, cluster-name label).
     clusters_by_label: HashMap<ObjectKey, Vec<String>>,
     capi: HashMap<ObjectKey, CapiCluster>,
+    /// Machines' and pools' lock keys per (namespace, cluster-name label):
+    /// what a change of their TerraformCluster or CAPI Cluster reaches.
+    inheritors_by_label: HashMap<ObjectKey, Vec<LockKey>>,
 }
 
 impl PolicyIndex {
@@ -38,6 +41,14 @@ impl PolicyIndex {
     /// once: a sha256).
     pub fn apply_object(&mut self, lock: LockKey, key: ObjectKey, obj: TfObject) -> LockKey {
         self.remove_object_at(&lock, obj.kind, &key);
+        if obj.kind != Kind::TerraformCluster {
+            if let Some(label) = &obj.cluster_label {
+                self.inheritors_by_label
+                    .entry(ObjectKey::new(&key.namespace, label))
+                    .or_default()
+                    .push(lock.clone());
+            }
+        }
         if let Some(tc) = &obj.cluster {
             if let Some(label) = &obj.cluster_label {
                 self.clusters_by_label
@@ -69,7 +80,18 @@ impl PolicyIndex {
 
     /// Removes the Terraform* object of lock key `lock`.
     fn remove_object_at(&mut self, lock: &LockKey, kind: Kind, key: &ObjectKey) {
-        self.objects.remove(lock);
+        let old = self.objects.remove(lock);
+        if let Some(label) = old.as_ref().and_then(|o| o.cluster_label.as_ref()) {
+            if kind != Kind::TerraformCluster {
+                let k = ObjectKey::new(&key.namespace, label);
+                if let Some(locks) = self.inheritors_by_label.get_mut(&k) {
+                    locks.retain(|l| l != lock);
+                    if locks.is_empty() {
+                        self.inheritors_by_label.remove(&k);
+                    }
+                }
+            }
+        }
         if kind == Kind::TerraformCluster {
             if let Some(old) = self.clusters.remove(key) {
                 self.unindex_label(key, old.cluster_label.as_deref());
@@ -114,6 +136,40 @@ impl PolicyIndex {
             .filter(|k| scope.is_none_or(|s| s == k.namespace))
             .cloned()
             .collect()
+    }
+
+    /// The machines and pools whose effective timeouts may follow the
+    /// TerraformCluster `name` of `namespace`, labelled `label`: those
+    /// labelled like it (the orphaned-cluster lookup) and those labelled
+    /// with the name of a CAPI Cluster whose infrastructureRef names it.
+    /// A change of that TerraformCluster's policies, label or existence
+    /// reaches these alone.
+    pub fn inheritors_of_terraform_cluster(
+        &self,
+        namespace: &str,
+        name: &str,
+        label: Option<&str>,
+    ) -> Vec<LockKey> {
+        let mut labels: Vec<&str> = label.into_iter().collect();
+        labels.extend(
+            self.capi
+                .iter()
+                .filter(|(k, c)| k.namespace == namespace && c.infra_ref.name == name)
+                .map(|(k, _)| k.name.as_str()),
+        );
+        labels
+            .into_iter()
+            .flat_map(|l| self.inheritors_of_label(namespace, l))
+            .collect()
+    }
+
+    /// The machines and pools labelled with cluster name `label` in
+    /// `namespace`: what a change of the CAPI Cluster of that name reaches.
+    pub fn inheritors_of_label(&self, namespace: &str, label: &str) -> Vec<LockKey> {
+        self.inheritors_by_label
+            .get(&ObjectKey::new(namespace, label))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The object whose lock has this key.

@@ -217,12 +217,9 @@ impl Index {
 
     /// Foreign or unknown locks that became older than their effective
     /// lockTimeoutSeconds since the last call; each lock ID is returned once.
-    /// Touches only the locks whose deadline passed (and, after a change of
-    /// a TerraformCluster or CAPI Cluster, every queued one once).
+    /// Touches only the locks whose deadline passed (a change of a
+    /// TerraformCluster or CAPI Cluster queued its inheritors' again).
     pub fn newly_overdue(&mut self, now: SystemTime) -> Vec<OverdueLog> {
-        for key in self.deadlines.take_stale() {
-            self.schedule_overdue(&key, now);
-        }
         let now_ms = super::unix_ms(now);
         let mut found = Vec::new();
         for key in self.deadlines.pop_due(now_ms) {

@@ -188,15 +188,20 @@ fn a_cut_holder_identity_is_read_whole_from_the_lease_by_every_command() {
     let now = SystemTime::now();
     let whole = "h".repeat(1_500_000);
     let kept = crate::watch::trim::keep_lock_id(&whole);
-    let confirm =
-        format!("kubectl get lease -n team-a {LEASE} -o jsonpath='{{.spec.holderIdentity}}'");
-    // Foreign, lock-info parses: force-unlock reads the ID from the Lease.
+    // Foreign, lock-info parses: force-unlock reads the ID from the Lease,
+    // only while it has the length and head seen (run in
+    // hostile::a_printed_force_unlock_of_a_cut_holder_refuses_a_changed_holder).
     let mut f = facts(HolderClass::Foreign, Some("alice@laptop"), 400, None, now);
     f.lease.holder_identity = kept.clone();
     let mut out = String::new();
     fix_text(&LockReport::build(&f, now), None, &mut out);
+    let read = format!(
+        "HID=\"$(kubectl get lease -n team-a {LEASE} -o json | jq -er --argjson n 1500000 --arg head {} ",
+        "h".repeat(128)
+    );
     assert!(
-        out.contains(&format!("force-unlock -force -- \"$({confirm})\""))
+        out.contains(&read)
+            && out.contains("&& \"$TF\" force-unlock -force -- \"$HID\")")
             && out.contains("spec.holderIdentity is 1500000 bytes, shown cut")
             && !out.contains(&"h".repeat(2000)),
         "{out}"

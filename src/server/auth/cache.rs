@@ -7,11 +7,15 @@
 //! asks, the others wait for its answer), so a burst of scrapes with a new
 //! token costs the API server one TokenReview, not one per scrape.
 //!
-//! Allowed answers and refusals are kept apart, each up to the capacity
-//! ([`Share`]): anyone can make the API server refuse a random token, and
-//! a full cache drops answers of the same share only, so a flood of
-//! garbage tokens never pushes an allowed identity out (with it the fast
-//! path and the fallback of an API outage).
+//! Allowed answers, identities not yet allowed anything, and refusals are
+//! kept apart, each up to the capacity ([`Share`]): anyone can make the API
+//! server refuse a random token, any tenant can mint tokens the API server
+//! accepts (`kubectl create token` in its own namespace), and a full cache
+//! drops answers of the same share only. An identity joins the allowed
+//! share only once RBAC has allowed it a path ([`Cache::promote`]), so
+//! neither garbage tokens nor a tenant's own accepted-but-denied tokens
+//! push an allowed identity out (with it the fast path and the fallback of
+//! an API outage).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -39,10 +43,25 @@ pub struct Ttl {
 /// capacity, and a full one drops only its own answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Share {
-    /// An identity, or a path the user may get.
+    /// An identity RBAC has allowed a path, or a path the user may get.
     Allowed,
+    /// An identity the API server accepts that RBAC has not allowed
+    /// anything yet: cheap for any tenant to cause.
+    Unproven,
     /// A rejected token or a denied path: cheap for anyone to cause.
     Refused,
+}
+
+impl Share {
+    const ALL: usize = 3;
+
+    fn index(self) -> usize {
+        match self {
+            Share::Allowed => 0,
+            Share::Unproven => 1,
+            Share::Refused => 2,
+        }
+    }
 }
 
 impl Ttl {
@@ -52,6 +71,15 @@ impl Ttl {
             fresh: Duration::from_secs(fresh),
             fallback: Duration::from_secs(fallback),
             share: Share::Allowed,
+        }
+    }
+
+    /// An identity not yet allowed anything: like [`Ttl::secs`], kept in
+    /// [`Share::Unproven`] until [`Cache::promote`] moves it.
+    pub const fn unproven(fresh: u64, fallback: u64) -> Ttl {
+        Ttl {
+            share: Share::Unproven,
+            ..Ttl::secs(fresh, fallback)
         }
     }
 
@@ -104,8 +132,8 @@ type Flights<K, V> = Mutex<HashMap<K, (Arc<OnceCell<V>>, usize)>>;
 pub struct Cache<K, V> {
     /// Answers per share.
     capacity: usize,
-    /// Allowed answers, then refusals; a key is in one of them at most.
-    entries: Mutex<[HashMap<K, Entry<V>>; 2]>,
+    /// Entries by [`Share::index`]; a key is in one share at most.
+    entries: Mutex<[HashMap<K, Entry<V>>; Share::ALL]>,
     in_flight: Flights<K, V>,
 }
 
@@ -156,11 +184,11 @@ impl<K: Eq + Hash, V> Drop for Flight<'_, K, V> {
 }
 
 impl<K: Clone + Eq + Hash, V: Clone> Cache<K, V> {
-    /// A cache of at most `capacity` allowed answers and as many refusals.
+    /// A cache of at most `capacity` answers in each share.
     pub fn new(capacity: usize) -> Self {
         Cache {
             capacity: capacity.max(1),
-            entries: Mutex::new([HashMap::new(), HashMap::new()]),
+            entries: Mutex::new(std::array::from_fn(|_| HashMap::new())),
             in_flight: Mutex::new(HashMap::new()),
         }
     }
@@ -236,29 +264,16 @@ impl<K: Clone + Eq + Hash, V: Clone> Cache<K, V> {
     }
 
     /// Keeps `value` in its share; a full share first drops its expired
-    /// answers, then its oldest. The other share is never touched but for
+    /// answers, then its oldest. The other shares are never touched but for
     /// the key's older answer (a token once rejected, now accepted).
     fn insert(&self, key: &K, value: &V, ttl: Ttl) {
         let now = Instant::now();
         let mut shares = lock(&self.entries);
-        let [allowed, refused] = &mut *shares;
-        let (entries, other) = match ttl.share {
-            Share::Allowed => (allowed, refused),
-            Share::Refused => (refused, allowed),
-        };
-        other.remove(key);
-        if entries.len() >= self.capacity && !entries.contains_key(key) {
-            entries.retain(|_, e| now < e.ttl.until(e.at));
-            if entries.len() >= self.capacity {
-                let oldest = entries
-                    .iter()
-                    .min_by_key(|(_, e)| e.at)
-                    .map(|(k, _)| k.clone());
-                if let Some(k) = oldest {
-                    entries.remove(&k);
-                }
-            }
+        for share in shares.iter_mut() {
+            share.remove(key);
         }
+        let entries = &mut shares[ttl.share.index()];
+        self.make_room(entries, now);
         entries.insert(
             key.clone(),
             Entry {
@@ -267,6 +282,39 @@ impl<K: Clone + Eq + Hash, V: Clone> Cache<K, V> {
                 ttl,
             },
         );
+    }
+
+    /// Moves the answer for `key` from [`Share::Unproven`] to
+    /// [`Share::Allowed`]: RBAC has allowed the identity something, so it
+    /// may now displace another allowed one. Nothing else changes (its age
+    /// and lifetimes stay); a key in another share, or absent, is left.
+    pub fn promote(&self, key: &K) {
+        let now = Instant::now();
+        let mut shares = lock(&self.entries);
+        let [allowed, unproven, _] = &mut *shares;
+        if let Some(mut entry) = unproven.remove(key) {
+            self.make_room(allowed, now);
+            entry.ttl.share = Share::Allowed;
+            allowed.insert(key.clone(), entry);
+        }
+    }
+
+    /// Makes room in a full share for one more answer: its expired answers
+    /// go, then its oldest.
+    fn make_room(&self, entries: &mut HashMap<K, Entry<V>>, now: Instant) {
+        if entries.len() < self.capacity {
+            return;
+        }
+        entries.retain(|_, e| now < e.ttl.until(e.at));
+        if entries.len() >= self.capacity {
+            let oldest = entries
+                .iter()
+                .min_by_key(|(_, e)| e.at)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                entries.remove(&k);
+            }
+        }
     }
 }
 
@@ -359,6 +407,36 @@ mod tests {
         assert_eq!(ask(99, true).await, Ok(Found::Reviewed(true)));
         assert_eq!(cache.len(), 2 + 3, "99 is in one share only");
         assert_eq!(ask(0, false).await, Ok(Found::Cached(true)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_promoted_answer_enters_the_allowed_share() {
+        let cache = Cache::new(4);
+        let unproven = |_: &bool| Ttl::unproven(60, 600);
+        let ask = |key: u32| {
+            let cache = &cache;
+            async move {
+                let answer = cache.get(&key, unproven, |_: &()| true, || async { Ok(true) });
+                answer.await
+            }
+        };
+        assert_eq!(ask(0).await, Ok(Found::Reviewed(true)));
+        cache.promote(&0);
+        for key in 1..100 {
+            assert_eq!(ask(key).await, Ok(Found::Reviewed(true)));
+            assert!(cache.len() <= 1 + 4, "{} entries", cache.len());
+        }
+        assert_eq!(ask(0).await, Ok(Found::Cached(true)), "promoted, kept");
+        // Unproven answers displace each other only: the first of the
+        // flood is gone.
+        assert_eq!(ask(1).await, Ok(Found::Reviewed(true)));
+        // A promoted key asked again starts unproven; promoting an absent
+        // key does nothing.
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(ask(0).await, Ok(Found::Reviewed(true)));
+        assert_eq!(cache.len(), 4, "0 left the allowed share");
+        cache.promote(&12345);
+        assert_eq!(cache.len(), 4);
     }
 
     /// A lookup whose review never ends, told when the review starts.

@@ -63,13 +63,16 @@ const FALLBACK_PATH: &str = "/metrics";
 /// A positive answer may stand in for ten more minutes while the API server
 /// does not answer, for [`FALLBACK_PATH`] only, so an API outage does not
 /// also blind the scrapes that would report it; a refusal never stands in.
-const TOKEN_TTL: Ttl = Ttl::secs(60, 600);
+/// An identity enters the cache unproven and is promoted to the allowed
+/// share once RBAC allows it a path (see [`cache`]).
+const TOKEN_TTL: Ttl = Ttl::unproven(60, 600);
 const REJECTED_TTL: Ttl = Ttl::refusal(10);
 const ALLOWED_TTL: Ttl = Ttl::secs(300, 600);
 const DENIED_TTL: Ttl = Ttl::refusal(30);
 
-/// Allowed answers held per cache, and as many refusals apart from them
-/// (see [`cache`]: refusals cannot push an allowed answer out).
+/// Answers held per share of each cache: allowed ones, identities not yet
+/// allowed anything, refusals (see [`cache`]: neither of the last two can
+/// push an allowed answer out).
 const CACHE_CAPACITY: usize = 1024;
 
 /// Why a request is refused.
@@ -304,6 +307,8 @@ impl Reviews {
             );
         }
         if *allowed.value() {
+            // Only now may the identity displace another allowed one.
+            self.tokens.promote(&key);
             Ok(())
         } else {
             Err(Refusal::Forbidden {

@@ -7,7 +7,8 @@ use super::*;
 use crate::health::Outcome;
 
 /// Tokens `good` (user prom, may get /metrics) and `people` (user alice,
-/// may get / and /locks/*); every other token is rejected, and a token
+/// may get / and /locks/*); a token `tenant-N` is a tenant's own
+/// ServiceAccount, accepted but allowed nothing; every other token is rejected, and a token
 /// starting with `slow` is never answered. `down`: no review is answered;
 /// `refusing`: the API server refuses the exporter's reviews (403).
 #[derive(Default)]
@@ -46,12 +47,13 @@ impl Reviewer for Fake {
                 std::future::pending::<()>().await;
             }
             let name = match token {
-                "good" => "system:serviceaccount:monitoring:prometheus",
-                "people" => "alice",
+                "good" => "system:serviceaccount:monitoring:prometheus".to_string(),
+                "people" => "alice".to_string(),
+                t if t.starts_with("tenant-") => format!("system:serviceaccount:tenant:{t}"),
                 _ => return Ok(Identity::Rejected),
             };
             Ok(Identity::Authenticated(User {
-                name: name.into(),
+                name,
                 groups: vec!["system:authenticated".into()],
                 ..User::default()
             }))
@@ -67,6 +69,7 @@ impl Reviewer for Fake {
             Ok(verb == "get"
                 && match user.name.as_str() {
                     "alice" => path == "/" || path.starts_with("/locks/"),
+                    n if n.starts_with("system:serviceaccount:tenant:") => false,
                     _ => path == "/metrics",
                 })
         })
@@ -472,6 +475,55 @@ async fn random_tokens_cannot_push_an_allowed_identity_out_of_the_cache() {
     };
     assert!(
         reviews.tokens.len() <= 2 * CACHE_CAPACITY,
+        "{} answers cached",
+        reviews.tokens.len()
+    );
+}
+
+/// Issue 51, item 1: a token the API server accepts but RBAC denies was
+/// kept beside the allowed identities, so a tenant's 1,100 own
+/// ServiceAccount tokens (each sent once, each answered 403) pushed
+/// Prometheus' identity out, and an API outage at its next scrape found
+/// nothing to stand in.
+#[tokio::test(start_paused = true)]
+async fn authenticated_but_denied_tokens_cannot_push_an_allowed_identity_out() {
+    let (fake, g, h) = guarded();
+    assert_eq!(check(&g, &h, "/metrics", Some("Bearer good")).await, Ok(()));
+    let flood = 1_100;
+    for i in 0..flood {
+        let auth = format!("Bearer tenant-{i}");
+        assert!(
+            matches!(
+                check(&g, &h, "/metrics", Some(&auth)).await,
+                Err(Refusal::Forbidden { .. })
+            ),
+            "tenant token {i} authenticates and is denied"
+        );
+        if i % 100 == 0 {
+            tokio::time::advance(Duration::from_millis(800)).await;
+        }
+    }
+    let calls = fake.token_calls.load(Ordering::SeqCst);
+    assert_eq!(calls, 1 + flood, "one TokenReview per tenant token");
+    assert_eq!(check(&g, &h, "/metrics", Some("Bearer good")).await, Ok(()));
+    assert_eq!(
+        fake.token_calls.load(Ordering::SeqCst),
+        calls,
+        "the allowed identity was pushed out by denied ones: a new TokenReview"
+    );
+    // Past its minute, the API server down: the older answer stands in.
+    tokio::time::advance(Duration::from_secs(120)).await;
+    fake.down.store(true, Ordering::SeqCst);
+    assert_eq!(
+        check(&g, &h, "/metrics", Some("Bearer good")).await,
+        Ok(()),
+        "the outage fallback lost the allowed identity"
+    );
+    let Guard::Kubernetes(reviews) = &g else {
+        panic!("a kubernetes guard")
+    };
+    assert!(
+        reviews.tokens.len() <= 3 * CACHE_CAPACITY,
         "{} answers cached",
         reviews.tokens.len()
     );

@@ -347,3 +347,70 @@ fn events_about_unknown_objects_are_capped_per_namespace() {
     assert_eq!(dropped(ix.relist(Resource::Events, None, listed)), 5);
     assert_eq!(kept(&ix), cap);
 }
+
+/// Issue 51, item 2: whoever may create Events filled a namespace's cap
+/// with Events about objects that never exist; after a restart, a real
+/// force-unlock whose Event came on the live watch before its object's
+/// Lease (or Terraform* object) was listed was dropped for good, and its
+/// counter never moved.
+#[test]
+fn a_live_force_unlock_before_its_lease_counts_at_start_despite_a_full_cap() {
+    let cap = crate::MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE;
+    let mut ix = Index::new();
+    ix.begin_start();
+    let ghosts: Vec<Change> = (0..cap)
+        .map(|i| fu_event(&format!("ev-{i}"), &format!("ghost-{i}"), 1, 100.0))
+        .collect();
+    assert_eq!(ix.relist(Resource::Events, None, ghosts).events_dropped, 0);
+    assert_eq!(ix.force_unlocks.unknown_kept(NS), cap);
+    // The real force-unlock of x, live, before x's Lease is listed.
+    let fx = ix.feed(Resource::Events, fu_event("x-unlocked", "x", 1, 200.0));
+    assert_eq!(fx.events_dropped, 0, "x's force-unlock was dropped");
+    ix.relist(
+        Resource::Leases,
+        None,
+        vec![lease_change(Kind::TerraformMachine, "x", None)],
+    );
+    assert_eq!(
+        ix.force_unlocks_of(NS, "TerraformMachine", "x").total,
+        1,
+        "x's counter"
+    );
+    // Once every watch has synced, the cap holds again.
+    ix.finish_start(t0());
+    let late = fu_event("late", "ghost-late", 1, 300.0);
+    assert_eq!(ix.feed(Resource::Events, late).events_dropped, 1);
+}
+
+/// What the start lets past the caps is bounded too: live Events about
+/// unknown objects beyond [`crate::MAX_UNKNOWN_OBJECT_EVENTS_WHILE_STARTING`]
+/// are dropped even while the watches are syncing, and a listed Event never
+/// passes its namespace's cap.
+#[test]
+fn events_kept_past_the_cap_at_start_are_bounded() {
+    let cap = crate::MAX_UNKNOWN_OBJECT_EVENTS_PER_NAMESPACE;
+    let allowance = crate::MAX_UNKNOWN_OBJECT_EVENTS_WHILE_STARTING;
+    let mut ix = Index::new();
+    ix.begin_start();
+    let listed: Vec<Change> = (0..cap + 10)
+        .map(|i| fu_event(&format!("ev-{i}"), &format!("ghost-{i}"), 1, 100.0))
+        .collect();
+    assert_eq!(ix.relist(Resource::Events, None, listed).events_dropped, 10);
+    let mut dropped = 0;
+    for i in 0..allowance + 7 {
+        let ev = fu_event(&format!("live-{i}"), &format!("live-ghost-{i}"), 1, 200.0);
+        dropped += ix.feed(Resource::Events, ev).events_dropped;
+    }
+    assert_eq!(dropped, 7);
+    assert_eq!(ix.force_unlocks.unknown_kept(NS), cap + allowance);
+    // Deleting one of them does not open the allowance again.
+    ix.feed(
+        Resource::Events,
+        Change {
+            key: (NS.into(), "live-0".into()),
+            entry: None,
+        },
+    );
+    let more = fu_event("live-more", "live-ghost-more", 1, 200.0);
+    assert_eq!(ix.feed(Resource::Events, more).events_dropped, 1);
+}

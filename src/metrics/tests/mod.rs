@@ -1,15 +1,22 @@
-//! The store against a render from scratch: after every change of a
+//! The store against an independent render: after every change of a
 //! random sequence (every resource, deletes, clock-driven flips), the
 //! store that re-rendered only the keys the index named gives the same
-//! body as one rendered from scratch (a write that forgets to name what it
-//! moved fails here), and its gzip body is the plain one; a change
-//! re-renders its bucket alone; the scrape cache publishes changes.
+//! body as every key rendered on its own and put in order (a write that
+//! forgets to name what it moved fails here), at every bucket count it
+//! takes, and its gzip body is the plain one; a change re-renders its
+//! bucket alone; the scrape cache publishes changes. Each family's own
+//! lines: `families`.
+
+mod families;
 
 use std::io::Read as _;
 use std::time::{Duration, SystemTime};
 
-use super::store::{Store, KEYS_PER_BUCKET};
-use super::{families, render_at, Body, Exposition, Format, ScrapeCache};
+use super::buckets::{bucket_of, KeyHash, KEYS_PER_BUCKET};
+use super::families::{headers, KEY_FAMILIES};
+use super::render::render_key;
+use super::store::{Sizing, Store};
+use super::{families as fam, render_at, Body, Exposition, Format, ScrapeCache};
 use crate::core::kind::Kind;
 use crate::index::fixtures::random::{change, lease, names, object, Rng, KINDS, NS};
 use crate::index::{IndexResource, LockKey, ObjectKey};
@@ -33,7 +40,7 @@ fn first_difference(a: &[u8], b: &[u8]) -> String {
 
 /// The plain body of a store as it is now.
 fn body_of(store: &Store, shared: &Shared) -> Vec<u8> {
-    let health = super::families::health(&shared.health, Format::OpenMetrics).expect("encodes");
+    let health = fam::health(&shared.health, Format::OpenMetrics).expect("encodes");
     let body = Body::plain(&store.snapshot(), Format::OpenMetrics, health.into());
     let bytes = body.to_bytes().to_vec();
     assert_eq!(body.len(), bytes.len(), "Content-Length is the body's");
@@ -44,9 +51,52 @@ fn take(sink: &std::sync::Mutex<crate::index::Changes>) -> crate::index::Changes
     sink.lock().map(|mut c| c.take()).expect("unpoisoned")
 }
 
+/// Every shown key rendered on its own, then put in the body's order
+/// (bucket by `hash` among `1 << bits`, then shown name, then suffix),
+/// family by family: no buckets kept, nothing incremental, no
+/// compression.
+fn reference(
+    shared: &Shared,
+    exposition: Exposition,
+    hash: &KeyHash,
+    bits: u32,
+    at: SystemTime,
+) -> Vec<u8> {
+    let mut rows = Vec::new();
+    shared.read(|ix| {
+        ix.for_each_shown_key(|key| {
+            let mut buf = Vec::new();
+            if let Some((shown, ends)) = render_key(ix, key, at, exposition, &mut buf) {
+                let starts = std::iter::once(0).chain(ends);
+                let lines: Vec<Vec<u8>> =
+                    starts.zip(ends).map(|(s, e)| buf[s..e].to_vec()).collect();
+                rows.push((
+                    bucket_of(hash.of(key), bits),
+                    shown,
+                    key.suffix.clone(),
+                    lines,
+                ));
+            }
+        });
+    });
+    rows.sort_by(|a, b| (a.0, &a.1, &a.2).cmp(&(b.0, &b.1, &b.2)));
+    let mut out = Vec::new();
+    for (f, family) in KEY_FAMILIES.iter().enumerate() {
+        if family.shown(exposition) {
+            let lines: Vec<u8> = rows.iter().flat_map(|r| r.3[f].iter().copied()).collect();
+            out.extend_from_slice(&headers(Format::OpenMetrics)[f].0);
+            out.extend_from_slice(&lines);
+        }
+    }
+    let per_class = shared.read(|ix| ix.held_per_class());
+    out.extend_from_slice(&fam::overview(&per_class, crate::VERSION));
+    out.extend_from_slice(&fam::health(&shared.health, Format::OpenMetrics).expect("encodes"));
+    out
+}
+
 #[test]
-fn the_store_equals_a_render_from_scratch_after_every_change() {
-    for seed in 1..=6u64 {
+fn the_store_equals_an_independent_render_after_every_change() {
+    for seed in 1..=8u64 {
         let (shared, _rx) = Shared::new();
         shared.write(|ix, _| ix.set_verdict_grace(Duration::from_secs(1)));
         let sink = shared.changes();
@@ -54,24 +104,31 @@ fn the_store_equals_a_render_from_scratch_after_every_change() {
         let start = SystemTime::now();
         // Odd seeds keep the text compressed only, as past the plain
         // limit; seeds from 5 size buckets for one key each, so that the
-        // store regroups its buckets as the fleet grows and shrinks.
-        let limit = if seed % 2 == 1 { 1 } else { usize::MAX };
-        let per = if seed > 4 { 1 } else { KEYS_PER_BUCKET };
-        let mut store = Store::new(Exposition::default())
-            .with_plain_limit(limit)
-            .with_keys_per_bucket(per);
+        // store regroups its buckets as the fleet grows and shrinks; seeds
+        // from 3 use the keyed hash; even seeds show idle objects.
+        let sizing = Sizing {
+            plain_limit: if seed % 2 == 1 { 1 } else { usize::MAX },
+            keys_per_bucket: if seed > 4 { 1 } else { KEYS_PER_BUCKET },
+            ..if seed >= 3 {
+                Sizing::default()
+            } else {
+                Sizing::fixed()
+            }
+        };
+        let (limit, hash) = (sizing.plain_limit, sizing.hash.clone());
+        let exposition = Exposition {
+            idle_objects: seed % 2 == 0,
+            ..Exposition::default()
+        };
+        let mut store = Store::new(exposition, sizing);
         let mut bucket_counts = std::collections::BTreeSet::new();
         for step in 0..400 {
             // Fixed render time per step, ahead of every write's clock.
             let at = start + Duration::from_secs(3600 + step);
             shared.write(|ix, now| change(&mut rng, ix, now, at));
             store.note(&take(&sink));
-            store.update(&shared, at);
-            // From scratch with as many buckets (each family lists its
-            // keys bucket by bucket).
-            let mut fresh = Store::new(Exposition::default()).with_buckets_of(&store);
-            fresh.update(&shared, at);
-            let whole = body_of(&fresh, &shared);
+            store.update(&shared, &sink, at);
+            let whole = reference(&shared, exposition, &hash, store.bits(), at);
             let a = body_of(&store, &shared);
             let b = &whole[..];
             assert!(
@@ -79,13 +136,16 @@ fn the_store_equals_a_render_from_scratch_after_every_change() {
                 "seed {seed}, step {step}: {}",
                 first_difference(&a, b)
             );
-            let health = families::health(&shared.health, Format::OpenMetrics).expect("renders");
+            let health = fam::health(&shared.health, Format::OpenMetrics).expect("renders");
             let gz = Body::gzip(&store.snapshot(), Format::OpenMetrics, &health).to_bytes();
             let mut unzipped = Vec::new();
             let read = flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut unzipped);
             assert!(read.is_ok(), "seed {seed}, step {step}: {read:?}");
             assert!(unzipped == b, "seed {seed}, step {step}: gzip");
-            if store.bucket_count() == 16 {
+            if matches!(hash, KeyHash::Fixed)
+                && store.bucket_count() == 16
+                && !exposition.idle_objects
+            {
                 let scratch = render_at(&shared, Format::OpenMetrics, at).expect("renders");
                 assert!(
                     a == scratch.as_bytes(),
@@ -103,13 +163,56 @@ fn the_store_equals_a_render_from_scratch_after_every_change() {
             assert_eq!(plain_kept, expected, "seed {seed}, step {step}");
             bucket_counts.insert(store.bucket_count());
         }
-        if per == 1 {
+        if seed > 4 && exposition.idle_objects {
             assert!(
                 bucket_counts.len() > 1,
                 "seed {seed}: never regrouped: {bucket_counts:?}"
             );
         }
     }
+}
+
+/// Without idle objects most keys render nothing: the buckets are sized
+/// for those that render, not for every key the index shows (else every
+/// update would find too many buckets and render everything again).
+#[test]
+fn buckets_are_sized_for_the_keys_that_render() {
+    let (shared, _rx) = Shared::new();
+    let sink = shared.changes();
+    let now = SystemTime::now();
+    shared.write(|ix, now| {
+        for i in 0..4000 {
+            let name = format!("m{i}");
+            let key = (Kind::TerraformMachine, ObjectKey::new("ns-a", &name));
+            ix.apply(
+                key,
+                crate::index::TfObject::new(Kind::TerraformMachine, &name),
+                now,
+            );
+        }
+    });
+    let mut rng = Rng(11);
+    for i in 0..10 {
+        let (key, l) = lease(&mut rng, "ns-a", Kind::TerraformMachine, &format!("m{i}"));
+        shared.write(|ix, now| ix.apply(key, l, now));
+    }
+    let sizing = Sizing {
+        keys_per_bucket: 16,
+        ..Sizing::default()
+    };
+    let hash = sizing.hash.clone();
+    let mut store = Store::new(Exposition::default(), sizing);
+    store.note(&take(&sink));
+    store.update(&shared, &sink, now);
+    assert_eq!(store.bucket_count(), 16, "sized for at most 10 keys");
+    let a = body_of(&store, &shared);
+    let b = reference(&shared, Exposition::default(), &hash, store.bits(), now);
+    assert!(a == b, "{}", first_difference(&a, &b));
+    // A later change finds the buckets right: its own bucket alone.
+    let (key, l) = lease(&mut rng, "ns-a", Kind::TerraformMachine, "m3");
+    shared.write(|ix, now| ix.apply(key, l, now));
+    store.note(&take(&sink));
+    assert_eq!(store.update(&shared, &sink, now).buckets, 1);
 }
 
 /// Every series of a body that appears more than once: a sample line's
@@ -141,14 +244,14 @@ fn label_sets_are_unique_per_family_after_every_change() {
         let sink = shared.changes();
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let start = SystemTime::now();
-        let mut store = Store::new(Exposition::default());
+        let mut store = Store::new(Exposition::default(), Sizing::default());
         for step in 0..400 {
             let at = start + Duration::from_secs(3600 + step);
             shared.write(|ix, now| change(&mut rng, ix, now, at));
             store.note(&take(&sink));
-            store.update(&shared, at);
+            store.update(&shared, &sink, at);
             for format in [Format::OpenMetrics, Format::Prometheus] {
-                let health = families::health(&shared.health, format).expect("renders");
+                let health = fam::health(&shared.health, format).expect("renders");
                 let body = Body::plain(&store.snapshot(), format, health.into()).to_bytes();
                 let dups = duplicate_series(&body);
                 assert!(
@@ -157,6 +260,58 @@ fn label_sets_are_unique_per_family_after_every_change() {
                 );
             }
         }
+    }
+}
+
+/// A render is read a key at a time here, and a writer changes the index
+/// all along (every resource, names that claim others' names): every
+/// snapshot published is still one view, with no label set twice, in
+/// both formats.
+#[test]
+fn a_snapshot_is_one_view_while_writes_interleave_with_the_render() {
+    for seed in 1..=4u64 {
+        let (shared, _rx) = Shared::new();
+        let sink = shared.changes();
+        let start = SystemTime::now();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+                let mut writes = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let at = start + Duration::from_secs(3600);
+                    shared.write(|ix, now| change(&mut rng, ix, now, at));
+                    writes += 1;
+                }
+                writes
+            })
+        };
+        let sizing = Sizing {
+            keys_per_read: 1,
+            keys_per_bucket: 2,
+            ..Sizing::default()
+        };
+        let mut store = Store::new(Exposition::default(), sizing);
+        for step in 0..300 {
+            let at = start + Duration::from_secs(3600 + step);
+            store.update(&shared, &sink, at);
+            for format in [Format::OpenMetrics, Format::Prometheus] {
+                let health = fam::health(&shared.health, format).expect("renders");
+                let body = Body::plain(&store.snapshot(), format, health.into()).to_bytes();
+                let dups = duplicate_series(&body);
+                assert!(
+                    dups.is_empty(),
+                    "seed {seed}, step {step}, {format:?}: {dups:?}"
+                );
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let writes = writer.join().expect("the writer ends");
+        assert!(
+            writes > 300,
+            "seed {seed}: the writer wrote only {writes} times"
+        );
     }
 }
 
@@ -174,9 +329,14 @@ fn a_change_re_renders_its_bucket_alone() {
             }
         }
     });
-    let mut store = Store::new(Exposition::default());
+    // Idle objects shown: every key has lines.
+    let everything = Exposition {
+        idle_objects: true,
+        ..Exposition::default()
+    };
+    let mut store = Store::new(everything, Sizing::fixed());
     store.note(&take(&sink));
-    let first = store.update(&shared, now);
+    let first = store.update(&shared, &sink, now);
     assert_eq!(first.keys, 24, "the first update renders every key");
     let (key, l) = lease(&mut rng, "ns-a", Kind::TerraformMachine, "m1");
     shared.write(|ix, now| ix.apply(key, l, now));
@@ -192,15 +352,19 @@ fn a_change_re_renders_its_bucket_alone() {
         });
     });
     store.note(&changes);
-    let done = store.update(&shared, now);
+    let done = store.update(&shared, &sink, now);
     assert_eq!(
         (done.buckets, done.keys),
         (1, in_bucket),
         "its bucket alone"
     );
-    assert_eq!(store.update(&shared, now).buckets, 0, "nothing noted since");
+    assert_eq!(
+        store.update(&shared, &sink, now).buckets,
+        0,
+        "nothing noted since"
+    );
     // In its place: as a render from scratch.
-    let whole = render_at(&shared, Format::OpenMetrics, now);
+    let whole = super::render_with(&shared, Format::OpenMetrics, now, everything);
     let whole = whole.expect("renders");
     let body = body_of(&store, &shared);
     assert!(
@@ -213,7 +377,12 @@ fn a_change_re_renders_its_bucket_alone() {
 #[tokio::test]
 async fn the_cache_publishes_changes_and_gzip_is_the_plain_body() {
     let (shared, _rx) = Shared::new();
-    let cache = ScrapeCache::new(shared.clone());
+    // An object with nothing to tell shows only with idle objects.
+    let everything = Exposition {
+        idle_objects: true,
+        ..Exposition::default()
+    };
+    let cache = ScrapeCache::with_exposition(shared.clone(), everything);
     let refresher = tokio::spawn(cache.clone().refresh());
     let text = |b: Body| String::from_utf8(b.to_bytes().to_vec()).expect("utf-8");
     let plain = cache.body(Format::OpenMetrics, false).await;
