@@ -41,7 +41,7 @@ fn fleet(n: usize) -> Arc<Shared> {
             });
             if i % 30 == 0 {
                 let pod = format!("captf-m-{name}-apply-a1-abc123-x7k2p");
-                ix.apply(ObjectKey::new(&ns, pod), PodState { finished: false }, now);
+                ix.apply(ObjectKey::new(&ns, pod), PodState::new(false), now);
             }
             let parsed = match &info {
                 Some(raw) => parse_lock_info(raw).map(Some),

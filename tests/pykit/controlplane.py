@@ -397,6 +397,7 @@ def rss_kib(pid: int | None) -> int | None:
 # plural -> (API prefix, namespaced)
 RESOURCES: dict[str, tuple[str, bool]] = {
     "namespaces": ("/api/v1", False),
+    "nodes": ("/api/v1", False),
     "pods": ("/api/v1", True),
     "secrets": ("/api/v1", True),
     "serviceaccounts": ("/api/v1", True),
@@ -416,7 +417,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
 }
 
 KIND_TO_RESOURCE = {
-    "Namespace": "namespaces", "Pod": "pods", "Secret": "secrets", "ServiceAccount": "serviceaccounts",
+    "Namespace": "namespaces", "Node": "nodes", "Pod": "pods", "Secret": "secrets", "ServiceAccount": "serviceaccounts",
     "Lease": "leases", "Event": "events", "TerraformCluster": "terraformclusters",
     "TerraformMachine": "terraformmachines", "TerraformMachinePool": "terraformmachinepools",
     "TerraformPlan": "terraformplans",

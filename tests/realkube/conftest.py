@@ -33,7 +33,9 @@ CRDS = ROOT / "tests" / "crds"
 RELEASE = "captf-lock-exporter"
 RELEASE_NS = "captf-system"
 RESOURCES = ("leases", "pods", "events", "terraformclusters", "terraformmachines", "terraformmachinepools",
-             "terraformplans", "clusters")
+             "terraformplans", "clusters", "nodes")
+#: what a namespaced install watches: Nodes are cluster-scoped (--skip-resources=nodes)
+NAMESPACED_RESOURCES = tuple(r for r in RESOURCES if r != "nodes")
 
 #: measurements of the session, printed at the end and written to REALKUBE_REPORT
 REPORT: dict[str, Any] = {}

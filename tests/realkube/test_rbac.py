@@ -9,7 +9,7 @@ import json
 import time
 from typing import Callable
 
-from conftest import REPORT, RESOURCES, audit_summary, install_chart, wait_all_up
+from conftest import NAMESPACED_RESOURCES, REPORT, RESOURCES, audit_summary, install_chart, wait_all_up
 from pykit.builders import force_unlock_event, lock_lease, pod, runner_pod_name, terraform_object
 from pykit.controlplane import KUBE_MINOR, ControlPlane, Kube
 from pykit.exporter import E, Exporter, wait_metric, wait_samples
@@ -85,7 +85,9 @@ def test_namespaced_install(cp: ControlPlane, kube: Kube, namespace_factory,
         kube.create(terraform_object(M, n, "web"))
         kube.create(lock_lease(n, M, "web", who="alice@laptop"))
     since = time.time() - 1
-    exp = start_exporter(token=inst.token, extra_args=("--namespaces", f"{a},{b}"))
+    # as the chart's Deployment runs it in this mode: Nodes are cluster-scoped, a Role cannot grant them
+    exp = start_exporter(token=inst.token, extra_args=("--namespaces", f"{a},{b}", "--skip-resources", "nodes"),
+                         resources=NAMESPACED_RESOURCES)
     m = wait_samples(exp, [
         E("captf_state_lock_held", 1, namespace=a, kind=M, name="web"),
         E("captf_state_lock_held", 1, namespace=b, kind=M, name="web"),

@@ -228,8 +228,10 @@ def check_workload(objs: list[dict[str, Any]], values: dict[str, Any], merged: d
     want_args = [f"--listen-address={listen}"]
     if merged["watchNamespaces"]:
         want_args.append("--namespaces=" + ",".join(merged["watchNamespaces"]))
-    if merged["skipResources"]:
-        want_args.append("--skip-resources=" + ",".join(merged["skipResources"]))
+    # a namespaced install cannot read Nodes (cluster-scoped): the chart skips them (issue 49)
+    skip = list(dict.fromkeys(merged["skipResources"] + (["nodes"] if merged["watchNamespaces"] else [])))
+    if skip:
+        want_args.append("--skip-resources=" + ",".join(skip))
     want_args += [f"--log-format={merged['logFormat']}", f"--log-level={merged['logLevel']}"]
     tls = merged["web"]["tls"]
     if not tls["enabled"]:
