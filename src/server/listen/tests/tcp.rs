@@ -24,6 +24,26 @@ async fn big_tcp_server(config: Config) -> (std::net::SocketAddr, watch::Sender<
         Endpoint::open_plain(),
         stop_rx,
     ));
+    // The first /metrics waits for the first render (10,000 keys, seconds
+    // in a debug build on a busy machine, past a short response deadline):
+    // asked for until one answer comes whole, so that the tests' clients
+    // meet a rendered body and their deadlines measure what they are about.
+    let warm = async {
+        loop {
+            let Ok(mut c) = TcpStream::connect(addr).await else {
+                panic!("cannot connect the warm-up client");
+            };
+            let req = b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+            assert!(c.write_all(req).await.is_ok());
+            let mut body = Vec::new();
+            let whole = c.read_to_end(&mut body).await.is_ok();
+            if whole && body.starts_with(b"HTTP/1.1 200") {
+                return;
+            }
+        }
+    };
+    let warmed = tokio::time::timeout(Duration::from_secs(300), warm).await;
+    assert!(warmed.is_ok(), "no whole /metrics answer within 300 s");
     (addr, stop)
 }
 
