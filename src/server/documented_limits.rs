@@ -82,6 +82,7 @@ fn every_documented_limit_is_the_one_in_force() {
         contract,
         "At most 8 review calls run at once",
     );
+    pinned(crate::pages::MAX_ROWS, 500, contract, "(at most 500 rows)");
     pinned(
         Config::DEFAULT.max_connections,
         128,
