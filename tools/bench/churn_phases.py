@@ -37,7 +37,7 @@ Phases:
   from it) flipped every 100 ms, what a tenant can do at will;
 - ``random-names`` and ``crafted-names``: ``--crowd`` Leases each (held, no object),
   created before the two phases, churned like ``lease``, the probe one of them.
-  The crafted names all land in one bucket under the old fixed hash (``old_key_hash``,
+  The crafted names all land in one bucket under the old fixed hash (old_hash.py,
   copied from src/metrics/store.rs at main); the random ones spread. The bench checks
   the copy against the binary: a body whose ``captf_state_lock_held`` lines follow
   the old hash's bucket order ("body in old-hash order") is a binary with that hash.
@@ -49,15 +49,14 @@ bench.py (``Ctx``).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
-import re
-import statistics
 import time
 import urllib.parse
 import zlib
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
+
+from old_hash import crafted_suffixes, old_bits_for, old_hash_order, random_suffixes
 
 PHASES = ("idle", "lease", "tc-status", "tc-captf", "tc-burst", "tc-label", "random-names", "crafted-names")
 LOCK_LEASE_PREFIX = "lock-tfstate-default-"
@@ -67,86 +66,8 @@ CAPTF_DRIFT_INTERVAL_S = 30 * 60
 #: status writes per Job: status.activeJob set when it starts; cleared, with the
 #: StateReadable condition written again, when it ends.
 WRITES_PER_JOB = 2
-SHORT = {"TerraformCluster": "c", "TerraformMachine": "m", "TerraformMachinePool": "mp"}
-MASK = (1 << 64) - 1
 #: the session does not decompress: ask for the plain text
 IDENTITY = {"Accept-Encoding": "identity"}
-
-
-# ------------------------------------------------------------------------------------------------
-# The old fixed bucket hash (src/metrics/store.rs at main: key_hash, bucket_of, bits_for)
-# ------------------------------------------------------------------------------------------------
-
-def old_key_hash(namespace: str, suffix: str) -> int:
-    """FNV-1a 64 of the namespace and the state suffix, each followed by a 0 byte, then
-    MurmurHash3's 64-bit finaliser."""
-    h = 0xcbf29ce484222325
-    for part in (namespace, suffix):
-        for b in part.encode() + b"\0":
-            h ^= b
-            h = (h * 0x100000001b3) & MASK
-    h ^= h >> 33
-    h = (h * 0xff51afd7ed558ccd) & MASK
-    h ^= h >> 33
-    h = (h * 0xc4ceb9fe1a85ec53) & MASK
-    return h ^ (h >> 33)
-
-
-def old_bits_for(keys: int, per: int = 1024, min_bits: int = 4) -> int:
-    """The store's bucket count (as a power of two) for ``keys`` keys."""
-    buckets = max(1, -(-keys // max(per, 1)))
-    return max((buckets - 1).bit_length(), min_bits)
-
-
-def old_bucket(h: int, bits: int) -> int:
-    return h >> (64 - bits)
-
-
-def state_suffix(namespace: str, kind: str, name: str) -> str:
-    digest = hashlib.sha256(f"{namespace}/{kind}/{name}".encode()).hexdigest()
-    return f"{digest[:16]}-{SHORT[kind]}"
-
-
-def crafted_suffixes(namespace: str, n: int, bits: int, seed: int = 48) -> tuple[list[str], int, float]:
-    """``n`` suffixes shaped like CAPTF's (16 hex digits, ``-m``) whose keys in ``namespace``
-    all land in bucket 0 of ``1 << bits`` under the old hash; also the candidates tried
-    and the seconds it took (what a tenant pays to find them)."""
-    rng = random.Random(seed)
-    out: list[str] = []
-    tries = 0
-    t = time.perf_counter()
-    while len(out) < n:
-        s = f"{rng.getrandbits(64):016x}-m"
-        tries += 1
-        if old_bucket(old_key_hash(namespace, s), bits) == 0:
-            out.append(s)
-    return out, tries, time.perf_counter() - t
-
-
-def random_suffixes(n: int, seed: int = 4848) -> list[str]:
-    rng = random.Random(seed)
-    return [f"{rng.getrandbits(64):016x}-m" for _ in range(n)]
-
-
-HELD_LINE = re.compile(rb'^captf_state_lock_held\{([^}]*)\}', re.M)
-LABEL = re.compile(rb'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def old_hash_order(body: bytes, bits: int, added: set[str]) -> tuple[int, int]:
-    """(pairs in order, pairs) of consecutive ``captf_state_lock_held`` lines whose keys'
-    old-hash buckets do not decrease: every pair in order means the binary places keys
-    with the old hash (families list their keys bucket by bucket)."""
-    buckets = []
-    for m in HELD_LINE.finditer(body):
-        labels = {k.decode(): v.decode() for k, v in LABEL.findall(m.group(1))}
-        ns, kind, name = labels.get("namespace", ""), labels.get("kind", ""), labels.get("name", "")
-        if name in added or kind not in SHORT:
-            suffix = name
-        else:
-            suffix = state_suffix(ns, kind, name)
-        buckets.append(old_bucket(old_key_hash(ns, suffix), bits))
-    pairs = max(0, len(buckets) - 1)
-    return sum(a <= b for a, b in zip(buckets, buckets[1:])), pairs
 
 
 # ------------------------------------------------------------------------------------------------
