@@ -248,6 +248,17 @@ stage_realtools-terraform() {
 stage_bench() {
   log "benchmark smoke run: 1k objects, real binary, fake API (no times asserted)"
   ./scripts/bench.sh --smoke || return 1
+  # What Prometheus pays (issue 48), about 10 s at 1k objects, when Prometheus 3 is already in
+  # the cache (tools/prometheus3/build.sh; the e2e3 stage builds it): not worth a cold build here.
+  local prom3
+  prom3="$(bash tools/prometheus3/build.sh --print-env 2>/dev/null | sed -n 's/^PROM3_PROMETHEUS=//p')"
+  if [ -n "$prom3" ] && [ -x "$prom3" ]; then
+    log "Prometheus-cost smoke run: Prometheus 3 scraping two replicas at 1k objects (no figures asserted)"
+    python3 tools/bench/prom_cost.py --smoke --prometheus "$prom3" --exporter target/release/captf-lock-exporter \
+      --fake-api target/release/examples/fake_api || return 1
+  else
+    log "Prometheus-cost smoke run skipped: Prometheus 3 not built (tools/prometheus3/build.sh)"
+  fi
   log "slow clients: 300 that never read (and over TLS 300 that never finish the handshake and 128 chatty ones) vs a real scrape, 10k objects (targets asserted: scrape <= 2 s, RSS <= 1.5x idle)"
   local sc=(python3 tools/bench/slow_clients.py --exporter target/release/captf-lock-exporter
             --fake-api target/release/examples/fake_api --objects 10000)

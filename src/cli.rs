@@ -141,6 +141,15 @@ pub struct Cli {
     /// server's own audiences (an ordinary ServiceAccount token).
     #[arg(long, env = "CAPTF_LOCK_EXPORTER_AUTH_AUDIENCES", value_parser = audiences, default_value = "", hide_default_value = true, global = true)]
     pub auth_audiences: Audiences,
+
+    /// With --auth=kubernetes, check `get` on a subresource of this
+    /// Service, <namespace>/<name> (the exporter's own), instead of `get`
+    /// on the path as a non-resource URL: `services/metrics` for /metrics,
+    /// `services/pages` for / and /locks/..., as kube-rbac-proxy's
+    /// resourceAttributes do. RBAC then grants each with a Role in that
+    /// namespace naming the Service. Empty: the non-resource paths.
+    #[arg(long, env = "CAPTF_LOCK_EXPORTER_AUTH_SERVICE", value_parser = crate::server::auth::AuthService::parse, default_value = "", hide_default_value = true, global = true)]
+    pub auth_service: crate::server::auth::AuthService,
 }
 
 /// The audiences `--auth-audiences` names, each once, in the order given.
@@ -411,6 +420,8 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_flag() {
+        assert!(err_of(&["--auth-service", "Bad/svc"]).contains("--auth-service"));
+        assert!(err_of(&["--auth-service", "ns"]).contains("--auth-service"));
         assert!(err_of(&["--listen-address", "nope"]).contains("--listen-address"));
         assert!(err_of(&["--log-format", "xml"]).contains("--log-format"));
         assert!(err_of(&["--log-level", "info,=[bad"]).contains("--log-level"));

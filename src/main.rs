@@ -58,6 +58,8 @@ enum StartError {
     DemoEndpoint(&'static str),
     #[error("--auth-audiences needs --auth kubernetes: with --auth none no token is checked")]
     AudiencesWithoutAuth,
+    #[error("--auth-service needs --auth kubernetes: with --auth none no access is checked")]
+    ServiceWithoutAuth,
     #[error("{0}; exiting so that the exporter is restarted")]
     Stopped(#[from] Stopped),
 }
@@ -214,10 +216,16 @@ fn transport(
         if !cli.auth_audiences.0.is_empty() {
             return Err(StartError::DemoEndpoint("--auth-audiences"));
         }
+        if cli.auth_service.0.is_some() {
+            return Err(StartError::DemoEndpoint("--auth-service"));
+        }
         return Ok(server::Transport::Plain);
     }
     if cli.auth == Some(AuthMode::None) && !cli.auth_audiences.0.is_empty() {
         return Err(StartError::AudiencesWithoutAuth);
+    }
+    if cli.auth == Some(AuthMode::None) && cli.auth_service.0.is_some() {
+        return Err(StartError::ServiceWithoutAuth);
     }
     if cli.plain_http {
         return Ok(server::Transport::Plain);
@@ -259,7 +267,9 @@ fn endpoint(cli: &Cli, transport: server::Transport, client: &kube::Client) -> s
     }
     let guard = match cli.auth.unwrap_or(AuthMode::Kubernetes) {
         AuthMode::Kubernetes => Guard::kubernetes(Arc::new(
-            KubeReviewer::new(client.clone()).with_audiences(cli.auth_audiences.0.clone()),
+            KubeReviewer::new(client.clone())
+                .with_audiences(cli.auth_audiences.0.clone())
+                .with_service(cli.auth_service.0.clone()),
         )),
         AuthMode::None => Guard::Open,
     };
@@ -271,6 +281,13 @@ fn endpoint(cli: &Cli, transport: server::Transport, client: &kube::Client) -> s
         tracing::info!(
             audiences = cli.auth_audiences.0.join(","),
             "endpoint: bearer tokens must be issued for one of these audiences (--auth-audiences)"
+        );
+    }
+    if let (Guard::Kubernetes(_), Some(svc)) = (&guard, &cli.auth_service.0) {
+        tracing::info!(
+            namespace = svc.namespace,
+            service = svc.name,
+            "endpoint: RBAC get on services/metrics (for /metrics) and services/pages (for / and /locks/...) of this Service is checked instead of the non-resource paths (--auth-service)"
         );
     }
     match (&guard, &transport) {

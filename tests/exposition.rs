@@ -10,7 +10,7 @@ use captf_lock_exporter::core::kind::Kind;
 use captf_lock_exporter::core::lockinfo::parse_lock_info;
 use captf_lock_exporter::core::suffix::{lock_lease_name, state_suffix};
 use captf_lock_exporter::index::{IndexResource, LockLease, ObjectKey, TfObject};
-use captf_lock_exporter::metrics::{render, Format};
+use captf_lock_exporter::metrics::{render, render_with, Exposition, Format};
 use captf_lock_exporter::shared::Shared;
 
 fn hostile_who() -> String {
@@ -162,6 +162,14 @@ fn captf_verdict_families_keep_closed_label_sets() {
         };
         ix.apply(ObjectKey::new("ns", "prod-plan-1"), plan, now)
     });
+    // Every object's series: "odd" has nothing else to tell.
+    let everything = Exposition {
+        idle_objects: true,
+        ..Exposition::default()
+    };
+    let render = |shared: &Arc<Shared>, format| {
+        render_with(shared, format, std::time::SystemTime::now(), everything)
+    };
     let before = render(&shared, Format::Prometheus).expect("renders");
     // Sorted: the body's order is bucket order, not name order.
     let line = |text: &str, prefix: &str| {

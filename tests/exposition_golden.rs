@@ -21,16 +21,16 @@
 //! as the fleet needs, 16 here), names still ordered within it:
 //! re-blessed, the same lines, 32 of them in another place.
 //!
+//! Since issue 49 the web lock's runner pod is bound to a Node that
+//! stopped reporting (`captf_state_lock_holder_node_lost_timestamp_seconds`)
+//! and the invalid node-name counter is shown: re-blessed, the new lines
+//! only.
+//!
 //! The golden files hold every known object's series (as with
 //! `--export-idle-objects`). The default exposition, with series only for
 //! objects that have something to tell, is checked against them: the
 //! same lines less those this file names by hand (the idle objects' and
 //! the force-unlock counters still at 0 with no Event seen).
-//!
-//! Since issue 49 the web lock's runner pod is bound to a Node that
-//! stopped reporting (`captf_state_lock_holder_node_lost_timestamp_seconds`)
-//! and the invalid node-name counter is shown: re-blessed, the new lines
-//! only.
 //!
 //! Two values are not fixed by the index and are normalised before the
 //! comparison: `watch_last_success_timestamp_seconds` (wall clock of the

@@ -11,7 +11,7 @@ use captf_lock_exporter::index::fixtures::held_lease;
 use captf_lock_exporter::index::{
     Effects, ForceUnlockEvent, Index, IndexResource, LockLease, ObjectKey, TfObject,
 };
-use captf_lock_exporter::metrics::{render, Format};
+use captf_lock_exporter::metrics::{render, render_with, Exposition, Format};
 use captf_lock_exporter::shared::Shared;
 
 const NS: &str = "ns1";
@@ -101,7 +101,13 @@ fn a_lease_cannot_impersonate_another_object_in_the_exposition() {
         }
         fx
     });
-    let text = render(&shared, Format::Prometheus).expect("renders");
+    // Every object's series: x-m's free lock has nothing else to tell.
+    let everything = Exposition {
+        idle_objects: true,
+        ..Exposition::default()
+    };
+    let at = std::time::SystemTime::now();
+    let text = render_with(&shared, Format::Prometheus, at, everything).expect("renders");
     let dups: Vec<(String, usize)> = series_counts(&text)
         .into_iter()
         .filter(|(_, n)| *n > 1)

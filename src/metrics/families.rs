@@ -4,15 +4,10 @@
 //! are the same in both text formats; only the HELP/TYPE lines differ.
 
 use std::io::Write as _;
-use std::sync::LazyLock;
-
-use bytes::Bytes;
 
 use prometheus_client::registry::Registry;
 
-use super::gzip::Piece;
-pub(super) use super::key_families::*;
-use super::render::{Lines, Subject};
+use super::subject::Subject;
 use super::{Exposition, Format};
 use crate::core::classify::HolderClass;
 use crate::health::Health;
@@ -39,6 +34,19 @@ pub(super) struct Family {
 impl std::fmt::Debug for Family {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Family").field("name", &self.name).finish()
+    }
+}
+
+/// Writes one family's lines of one key into a buffer.
+pub(super) struct Lines<'b> {
+    pub(super) family: &'static Family,
+    pub(super) buf: &'b mut Vec<u8>,
+}
+
+impl Lines<'_> {
+    /// A line of the family; `values` in the order of its label names.
+    pub(super) fn line(&mut self, values: &[&str], sample: Sample) {
+        self.family.line(self.buf, values, sample);
     }
 }
 
@@ -124,7 +132,7 @@ impl Family {
         }
     }
 
-    fn doc(&self) -> FamilyDoc {
+    pub(super) fn doc(&self) -> FamilyDoc {
         FamilyDoc {
             group: self.group,
             name: self.series_name(),
@@ -161,53 +169,6 @@ pub struct FamilyDoc {
     pub labels: Vec<&'static str>,
     /// The HELP text.
     pub help: &'static str,
-}
-
-/// Every family declared in this file, in exposition order. The
-/// self-metric counters of [`Health::register_counters`] are not among
-/// them; the docs test reads those from their encoding.
-pub fn family_docs() -> Vec<FamilyDoc> {
-    let mut docs: Vec<FamilyDoc> = KEY_FAMILIES.iter().map(|f| f.doc()).collect();
-    for f in [&HELD_PER_CLASS, &BUILD_INFO, &WATCH_UP, &WATCH_LAST_SUCCESS] {
-        docs.push(f.doc());
-    }
-    docs
-}
-
-/// The families of one lock key, in exposition order.
-pub(super) const KEY_FAMILIES: [&Family; 15] = [
-    &LOCK_INFO,
-    &LOCK_ACQUIRED,
-    &LOCK_AGE,
-    &LOCK_CREATED,
-    &LOCK_OVERDUE,
-    &HOLDER_NODE_LOST,
-    &HELD,
-    &TIMEOUT,
-    &DEADLINE,
-    &CAPTF_CONDITION,
-    &VERDICT_MISMATCH,
-    &JOB_ACTIVE,
-    &PLAN_PENDING,
-    &FORCE_UNLOCKS,
-    &LAST_FORCE_UNLOCK,
-];
-
-/// Every key family's header lines per format, plain and as a stored
-/// gzip piece; made once.
-static HEADERS: LazyLock<[Vec<(Bytes, Piece)>; 2]> = LazyLock::new(|| {
-    [Format::OpenMetrics, Format::Prometheus].map(|format| {
-        let header = |f: &&Family| {
-            let h = f.header(format);
-            (Bytes::from(h.clone()), Piece::stored(h.as_bytes(), false))
-        };
-        KEY_FAMILIES.iter().map(header).collect()
-    })
-});
-
-/// The header lines of every family of [`KEY_FAMILIES`] in `format`.
-pub(super) fn headers(format: Format) -> &'static [(Bytes, Piece)] {
-    &HEADERS[format.slot()]
 }
 
 /// A family with no lines of its own per key (the overview and the
@@ -251,28 +212,28 @@ pub(super) const fn counter(
 const OVERVIEW: &str = "Overview";
 const ITSELF: &str = "The exporter itself";
 
-const HELD_PER_CLASS: Family = gauge(
+pub(super) const HELD_PER_CLASS: Family = gauge(
     OVERVIEW,
     "captf_state_locks_held",
     "Held state locks per holder class.",
     &["class"],
     no_key_lines,
 );
-const BUILD_INFO: Family = gauge(
+pub(super) const BUILD_INFO: Family = gauge(
     ITSELF,
     "captf_lock_exporter_build_info",
     "Build information (always 1).",
     &["version"],
     no_key_lines,
 );
-const WATCH_UP: Family = gauge(
+pub(super) const WATCH_UP: Family = gauge(
     ITSELF,
     "captf_lock_exporter_watch_up",
     "1 while every watch of the resource has listed once and its last request succeeded.",
     &["resource"],
     no_key_lines,
 );
-const WATCH_LAST_SUCCESS: Family = gauge(
+pub(super) const WATCH_LAST_SUCCESS: Family = gauge(
     ITSELF,
     "captf_lock_exporter_watch_last_success_timestamp_seconds",
     "Unix time of the last successful request (list, watch start, event or bookmark) of the resource, oldest across namespaces: how old its data may be.",

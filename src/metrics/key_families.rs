@@ -1,7 +1,14 @@
 //! The families of one lock key (contract 7.1 and 7.2), each declared
 //! with the writer of its lines from the key's [`Subject`].
 
-use super::families::{counter, flag, gauge, Family, Sample};
+use std::sync::LazyLock;
+
+use bytes::Bytes;
+
+use super::families::{counter, flag, gauge, Family, FamilyDoc, Sample};
+use super::families::{BUILD_INFO, HELD_PER_CLASS, WATCH_LAST_SUCCESS, WATCH_UP};
+use super::gzip::Piece;
+use super::Format;
 
 /// The labels every per-object series starts with, so that they join with
 /// CAPTF's own metrics.
@@ -92,6 +99,7 @@ pub(super) const LOCK_OVERDUE: Family = gauge(
         }
     },
 );
+
 pub(super) const HOLDER_NODE_LOST: Family = gauge(
     LOCK,
     "captf_state_lock_holder_node_lost_timestamp_seconds",
@@ -203,3 +211,50 @@ pub(super) const LAST_FORCE_UNLOCK: Family = gauge(
         }
     },
 );
+
+/// Every family declared in this file, in exposition order. The
+/// self-metric counters of [`Health::register_counters`] are not among
+/// them; the docs test reads those from their encoding.
+pub fn family_docs() -> Vec<FamilyDoc> {
+    let mut docs: Vec<FamilyDoc> = KEY_FAMILIES.iter().map(|f| f.doc()).collect();
+    for f in [&HELD_PER_CLASS, &BUILD_INFO, &WATCH_UP, &WATCH_LAST_SUCCESS] {
+        docs.push(f.doc());
+    }
+    docs
+}
+
+/// The families of one lock key, in exposition order.
+pub(super) const KEY_FAMILIES: [&Family; 15] = [
+    &LOCK_INFO,
+    &LOCK_ACQUIRED,
+    &LOCK_AGE,
+    &LOCK_CREATED,
+    &LOCK_OVERDUE,
+    &HOLDER_NODE_LOST,
+    &HELD,
+    &TIMEOUT,
+    &DEADLINE,
+    &CAPTF_CONDITION,
+    &VERDICT_MISMATCH,
+    &JOB_ACTIVE,
+    &PLAN_PENDING,
+    &FORCE_UNLOCKS,
+    &LAST_FORCE_UNLOCK,
+];
+
+/// Every key family's header lines per format, plain and as a stored
+/// gzip piece; made once.
+static HEADERS: LazyLock<[Vec<(Bytes, Piece)>; 2]> = LazyLock::new(|| {
+    [Format::OpenMetrics, Format::Prometheus].map(|format| {
+        let header = |f: &&Family| {
+            let h = f.header(format);
+            (Bytes::from(h.clone()), Piece::stored(h.as_bytes(), false))
+        };
+        KEY_FAMILIES.iter().map(header).collect()
+    })
+});
+
+/// The header lines of every family of [`KEY_FAMILIES`] in `format`.
+pub(super) fn headers(format: Format) -> &'static [(Bytes, Piece)] {
+    &HEADERS[format.slot()]
+}

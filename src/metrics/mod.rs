@@ -22,12 +22,14 @@ mod key_families;
 mod render;
 mod serve;
 mod store;
+mod subject;
 
 #[cfg(test)]
 mod tests;
 
 pub use body::{Body, Frames};
-pub use families::{family_docs, FamilyDoc};
+pub use families::FamilyDoc;
+pub use key_families::family_docs;
 pub use serve::{ScrapeCache, ScrapeError, AGES_EVERY, GATHER};
 
 use std::sync::Arc;

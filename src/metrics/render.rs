@@ -1,12 +1,16 @@
-//! One lock key's sample lines: what the families are written from
-//! ([`Subject`], read from the index's view of the key), then each family
-//! of [`KEY_FAMILIES`] writing its own lines, in order.
+//! One lock key's sample lines: its [`Subject`] read from the index's
+//! view of the key, then each family of [`KEY_FAMILIES`] writing its own
+//! lines, in order.
 
 use std::time::SystemTime;
 
-use super::families::{Family, Sample, KEY_FAMILIES};
+#[cfg(test)]
+use super::families::Family;
+use super::families::Lines;
+use super::key_families::KEY_FAMILIES;
+use super::subject::{seen, HeldLock, Subject};
 use super::Exposition;
-use crate::index::{ForceUnlocks, Index, KeyView, LockKey, ObjectRef, ObjectView};
+use crate::index::{Index, KeyView, LockKey, ObjectRef};
 
 /// Where each family's lines of one key end in the buffer they were
 /// written to (family `f` of [`KEY_FAMILIES`] starts where `f - 1` ends).
@@ -14,62 +18,6 @@ pub(super) type Ends = [usize; KEY_FAMILIES.len()];
 
 /// The labels a lock key is shown under: (namespace, kind, name).
 pub(super) type Shown = (String, &'static str, String);
-
-/// A held lock as its families show it (a lock whose class or age is not
-/// known yet has none).
-pub(super) struct HeldLock<'a> {
-    pub(super) class: &'static str,
-    pub(super) operation: &'a str,
-    pub(super) holder: &'a str,
-    pub(super) lock_id: &'a str,
-    pub(super) version: &'a str,
-    pub(super) age_source: &'static str,
-    /// When it was taken, as acquired_timestamp shows it.
-    pub(super) acquired: f64,
-    pub(super) age: f64,
-    /// lock-info Created, when given.
-    pub(super) created: Option<f64>,
-    pub(super) overdue: bool,
-    /// The holder pod's node is lost (an own live lock only).
-    pub(super) node_lost: Option<&'a crate::index::NodeLost>,
-}
-
-/// Everything one lock key's families are written from.
-pub(super) struct Subject<'a> {
-    /// (namespace, kind, name) of its object.
-    pub(super) object: [&'a str; 3],
-    pub(super) view: &'a ObjectView<'a>,
-    pub(super) lock: Option<HeldLock<'a>>,
-    /// Its Lease is held (even before its class is known).
-    pub(super) held: bool,
-    /// The force-unlock counters shown beside it, in (namespace, kind,
-    /// name) order.
-    pub(super) counters: Vec<(ObjectRef, ForceUnlocks)>,
-}
-
-impl Subject<'_> {
-    /// Whether the key has anything to tell beyond its existence: a held
-    /// lock, a force-unlock seen, a verdict that disagrees with CAPTF's, a
-    /// pending plan.
-    fn tells_something(&self) -> bool {
-        self.held
-            || self.view.mismatch
-            || !self.view.pending_plans.is_empty()
-            || !self.counters.is_empty()
-    }
-}
-
-/// A force-unlock counter that says something: one counted, or one whose
-/// Event was seen (history at the first list sets only the time).
-fn seen(fu: &ForceUnlocks) -> bool {
-    fu.total > 0 || fu.last_seen.is_some()
-}
-
-/// Writes one family's lines of one key into a buffer.
-pub(super) struct Lines<'b> {
-    family: &'static Family,
-    buf: &'b mut Vec<u8>,
-}
 
 /// One family's lines of `subject` alone.
 #[cfg(test)]
@@ -83,13 +31,6 @@ pub(super) fn lines_of(family: &'static Family, subject: &Subject<'_>) -> String
         },
     );
     String::from_utf8(buf).unwrap_or_default()
-}
-
-impl Lines<'_> {
-    /// A line of the family; `values` in the order of its label names.
-    pub(super) fn line(&mut self, values: &[&str], sample: Sample) {
-        self.family.line(self.buf, values, sample);
-    }
 }
 
 /// Appends the series of `key` at `now` to `buf`; None (and nothing

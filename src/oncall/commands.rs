@@ -185,3 +185,14 @@ pub fn plan_review(namespace: &str, plan: &str) -> String {
         shq(plan)
     )
 }
+
+/// The holderIdentity as force-unlock is given it: `word` (quoted, or
+/// `"$HID"`), after `guard` (empty, or the guarded read that sets `HID`
+/// and `&&`).
+pub struct Holder {
+    /// Runs first and sets `HID`, chained with `&&`; empty for an ID
+    /// printed whole.
+    pub guard: String,
+    /// The argument.
+    pub word: String,
+}

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use crate::core::classify::HolderClass;
 use crate::core::kind::Kind;
 
-use super::commands::{guarded_holder_read, HOLDER_CHANGED};
+use super::commands::{guarded_holder_read, Holder, HOLDER_CHANGED};
 use super::model::{FixInputs, LockReport, Lookup, OwnVerdict};
 use super::render::human_duration;
 use super::shell::shq;
@@ -103,17 +103,6 @@ pub fn captf_backend_labels(
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
     .collect()
-}
-
-/// The holderIdentity as force-unlock is given it: `word` (quoted, or
-/// `"$HID"`), after `guard` (empty, or the guarded read that sets `HID`
-/// and `&&`).
-pub struct Holder {
-    /// Runs first and sets `HID`, chained with `&&`; empty for an ID
-    /// printed whole.
-    pub guard: String,
-    /// The argument.
-    pub word: String,
 }
 
 fn go_quote(s: &str) -> String {

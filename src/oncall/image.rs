@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 
-use super::fix::Holder;
+use super::commands::Holder;
 use super::model::{LockReport, Lookup};
 use super::shell::{show, shq};
 

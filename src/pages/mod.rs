@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use crate::core::classify::HolderClass;
 use crate::core::shown::is_hidden;
-use crate::index::{LockFilter, Resource};
+use crate::index::{Index, LockFacts, LockFilter, Resource};
 use crate::oncall::model::{source_text, CaptfReport, LockReport, OwnVerdict};
 use crate::oncall::render::{at, human_duration, next_short};
 use crate::oncall::report::sort_by_urgency;
@@ -147,6 +147,44 @@ fn watch_table(shared: &Shared) -> String {
     format!("<table id=\"watches\"><tr><th>watch</th><th>state</th></tr>{rows}</table>")
 }
 
+/// Held locks whose facts one read of the index copies: a watch event
+/// waits for at most this many (at 100k objects a page copies 10k).
+const FACTS_PER_READ: usize = 16;
+
+/// What `/` copies from the index: the facts of the held locks it lists,
+/// the count per class, and the index's sizes.
+type HeldFacts = (
+    Vec<LockFacts>,
+    [(HolderClass, u64); 5],
+    (usize, usize, usize),
+);
+
+/// The facts of every held lock that passes `filter`, the count per class
+/// and the index's sizes, copied a few locks per read of the index so a
+/// page never holds a writer back for the whole copy; everything else the
+/// page does (reports, sorting, HTML) runs with no lock at all. The page
+/// is then not one instant: a lock released between two reads is left out
+/// (a lock taken in between is not listed), as a reload a moment later
+/// would show.
+fn held_facts(shared: &Shared, filter: &LockFilter) -> HeldFacts {
+    let ((keys, per_class), sizes) = read(shared, |ix| (ix.held_lock_keys(filter), ix.sizes()));
+    let mut facts = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(FACTS_PER_READ) {
+        read(shared, |ix| {
+            facts.extend(chunk.iter().filter_map(|k| ix.facts(k)));
+        });
+    }
+    (facts, per_class, sizes)
+}
+
+/// One read of the index by a page. The tests measure how long each holds
+/// the lock ([`tests::ReadHold`]).
+fn read<T>(shared: &Shared, f: impl FnOnce(&Index) -> T) -> T {
+    #[cfg(test)]
+    let _hold = tests::ReadHold::start();
+    shared.read(f)
+}
+
 /// `/`: the held locks, most urgent first, filtered by `?namespace=` and
 /// `?class=`, at most [`MAX_ROWS`] rows; then watch health.
 pub fn locks_page(shared: &Shared, query: &str) -> String {
@@ -155,8 +193,7 @@ pub fn locks_page(shared: &Shared, query: &str) -> String {
         class: query_param(query, "class"),
     };
     let now = SystemTime::now();
-    let (facts, per_class, sizes) =
-        shared.read(|ix| (ix.held_lock_facts(&filter), ix.held_per_class(), ix.sizes()));
+    let (facts, per_class, sizes) = held_facts(shared, &filter);
     let mut reports: Vec<LockReport> = facts.iter().map(|f| LockReport::build(f, now)).collect();
     sort_by_urgency(&mut reports);
     let total = reports.len();
@@ -244,7 +281,7 @@ pub fn lock_page(shared: &Shared, rest: &str) -> Option<String> {
         return None;
     };
     let kind = if kind == "-" { "" } else { kind.as_str() };
-    let facts = shared.read(|ix| ix.lock_facts(ns, kind, name))?;
+    let facts = read(shared, |ix| ix.lock_facts(ns, kind, name))?;
     let r = LockReport::build(&facts, SystemTime::now());
     Some(evidence_html(&r))
 }
@@ -496,3 +533,6 @@ pub fn evidence_html(r: &LockReport) -> String {
     o.push_str("</pre></body></html>\n");
     o
 }
+
+#[cfg(test)]
+mod tests;

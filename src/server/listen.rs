@@ -301,7 +301,7 @@ async fn accept_loop<L: Listener>(
 /// (about 408 KiB) let each of the 128 connections hold that much of a
 /// head nobody needs; response bytes are shared chunks, so a smaller
 /// queue only batches fewer of them into one write.
-const MAX_BUFFER: usize = MAX_TOKEN_BYTES + 16 * 1024;
+pub(super) const MAX_BUFFER: usize = MAX_TOKEN_BYTES + 16 * 1024;
 
 /// The most TLS output a connection buffers: one full record (16 KiB of
 /// plaintext) and its overhead.

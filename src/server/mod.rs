@@ -142,6 +142,8 @@ fn boxed(r: Response<Full<Bytes>>) -> Response<RespBody> {
 }
 
 #[cfg(test)]
+mod documented_limits;
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -44,8 +44,8 @@ impl Pins {
     /// Generations older than the newest held that answers in flight may
     /// keep. Memory for bodies is then at most this many snapshots more
     /// than the current one, whatever the number of readers (the bound in
-    /// bytes, and how it stays under the chart's limit, is in
-    /// docs/performance.md); a
+    /// bytes at 100k objects, and that it stays under the chart's limit,
+    /// are in docs/contract.md, "Slow clients"); a
     /// reader is closed only when answers of three newer generations
     /// began during its own. A scrape lasts well under the second between
     /// two renders with `--export-lock-age`, so Prometheus replicas and a

@@ -68,12 +68,14 @@ def start_exporter(kube: KubeEmulator, tmp_path: Path,
     started: list[Exporter] = []
     on_failure(request.node, lambda: [log_section(exp, LOG_TAIL_LINES) for exp in started])
 
-    def start(wait_watched: bool = True, extra_args: tuple[str, ...] = (), upstream: str | None = None) -> Exporter:
+    def start(wait_watched: bool = True, extra_args: tuple[str, ...] = (), upstream: str | None = None,
+              idle_objects: bool = True) -> Exporter:
         # ``upstream``: the API server URL the kubeconfig names instead of the emulator's (a FaultProxy
         # in front of it); the watches are still awaited on the emulator, behind the proxy.
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", upstream or kube.url)
         exp = start_healthy(lambda: Exporter(exporter_bin(), kubeconfig, tmp_path / f"exporter-{len(started)}.log",
-                                             (*EMULATOR_ARGS, *extra_args)), started)
+                                             (*EMULATOR_ARGS, *extra_args), idle_objects=idle_objects),
+                            started)
         if wait_watched:
             kube.wait_watched()
         return exp

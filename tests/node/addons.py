@@ -61,8 +61,32 @@ class KubeRouter:
         if self.proc is not None:
             self.proc.stop()
             self.proc = None
-        # its chains, jumps and ipsets; kube-proxy's and the CNI's rules stay for Node.stop()
-        run([str(self.node.bins["KUBE_ROUTER"]), "--cleanup-config"], check=False, timeout=60)
+        remove_kube_router_rules()
+
+
+#: the chains and ipsets kube-router's network policy controller makes
+KUBE_ROUTER_PREFIXES = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-", "KUBE-SRC-", "KUBE-DST-")
+
+
+def remove_kube_router_rules() -> None:
+    """Its jumps, chains and ipsets; kube-proxy's and the CNI's rules stay for Node.stop().
+    `kube-router --cleanup-config` would do it, but v2.1.0's panics in the service proxy's cleanup
+    (no IPVS here) before it reaches the firewall's."""
+    import shlex
+    out = run(["iptables-save", "-t", "filter"], check=False).stdout.splitlines()
+    chains = [line[1:].split()[0] for line in out if line.startswith(":") and line[1:].startswith(KUBE_ROUTER_PREFIXES)]
+    for line in out:
+        words = shlex.split(line) if line.startswith("-A ") else []
+        if words and words[1] in ("INPUT", "FORWARD", "OUTPUT") and "-j" in words and \
+                words[words.index("-j") + 1].startswith(KUBE_ROUTER_PREFIXES):
+            run(["iptables", "-t", "filter", "-D", *words[1:]], check=False)
+    for c in chains:
+        run(["iptables", "-t", "filter", "-F", c], check=False)
+    for c in chains:
+        run(["iptables", "-t", "filter", "-X", c], check=False)
+    for name in run(["ipset", "list", "-n"], check=False).stdout.split():
+        if name.startswith(KUBE_ROUTER_PREFIXES) or name.startswith("kube-router"):
+            run(["ipset", "destroy", name], check=False)
 
 
 def cert_manager_crds() -> list[dict[str, Any]]:

@@ -178,9 +178,13 @@ def test_foreign_overdue_and_force_unlock_each_page_once(node: Node, monitoring:
     kube.create(terraform_object(M, ns, "web-m", jobs={"lockTimeoutSeconds": 3}))
     kube.create(terraform_object(M, ns, "db-m"))
     kube.create(lock_lease(ns, M, "web-m", who="alice@laptop", created=now_utc() - dt.timedelta(minutes=5)))
-    # the counter must be scraped at 0 before the Event: increase() needs the step from 0 to 1
-    wait_for(lambda: monitoring.query(f'captf_state_lock_force_unlocks_total{{namespace="{ns}",name="db-m"}} == 0'),
-             90, "db-m's force-unlock counter scraped at 0", interval=1)
+    # The chart's default exposition: db-m, idle, has no series before its force-unlock, so the
+    # alert must page on the counter's first appearance (the last force-unlock's time), not on a
+    # step from 0 (docs/decisions/series-that-say-something.md).
+    wait_for(lambda: monitoring.query(f'captf_state_lock_held{{namespace="{ns}",name="web-m"}} == 1'),
+             90, "web-m's held lock scraped", interval=1)
+    assert not monitoring.query(f'captf_state_lock_force_unlocks_total{{namespace="{ns}",name="db-m"}}'), \
+        "an idle object has no force-unlock series"
     kube.create(force_unlock_event(ns, M, "db-m", job_name("m", "db-m")))
     hook = monitoring.webhook
 

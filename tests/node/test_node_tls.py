@@ -71,7 +71,6 @@ def test_an_impostor_matching_the_selector_is_refused_and_gets_no_token(node: No
                           "requests_with_authorization": sum(1 for e in requests_seen if e["authorization"])}
     # Prometheus hung up in the handshake: no request, so no Authorization header, ever reached it
     assert not requests_seen, requests_seen
-    assert "bad certificate" in failed[0]["error"] or "unknown certificate" in failed[0]["error"], failed[0]
     node.kubectl("-n", NS, "delete", "pod", "impostor", "--wait=true", "--timeout=60s")
     wait_for(lambda: not [x for x in exporter_targets(monitoring) if x["labels"].get("pod") == "impostor"], 60,
              "the impostor's target gone", interval=1)

@@ -74,18 +74,22 @@ class Exporter(ManagedProcess):
 
     def __init__(self, binary: str, kubeconfig: Path, log_path: Path, extra_args: Iterable[str] = (),
                  log_level: str = "debug", secure: bool = False, token: str | None = None,
-                 ca: str | None = None):
+                 ca: str | None = None, idle_objects: bool = True):
         """``secure=False`` (most tests): plain HTTP without authentication (``--plain-http
         --auth=none``), added unless ``extra_args`` choose the endpoint themselves.
         ``secure=True``: the production default, HTTPS with Kubernetes authentication; scrapes
         send ``token`` as a bearer token and verify the certificate with ``ca`` (a PEM path), or
-        skip verification when ``ca`` is None (the self-signed certificate)."""
+        skip verification when ``ca`` is None (the self-signed certificate).
+        ``idle_objects=True`` (most tests, which read objects with nothing to tell):
+        ``--export-idle-objects``; False: the default exposition, series only for objects with
+        something to tell (docs/decisions/series-that-say-something.md)."""
         super().__init__("exporter", [binary], log_path)
         self.binary = binary
         self.kubeconfig = kubeconfig
         self.extra_args = list(extra_args)
         self.log_level = log_level
         self.secure = secure
+        self.idle_objects = idle_objects
         self.port = 0
         self.http = requests.Session()
         if secure:
@@ -120,7 +124,7 @@ class Exporter(ManagedProcess):
         self.argv = [self.binary, "--kubeconfig", str(self.kubeconfig),
                      "--listen-address", f"127.0.0.1:{self.port}",
                      "--log-format", "json", "--log-level", self.log_level, *self.endpoint_args(),
-                     *self.extra_args]
+                     *(["--export-idle-objects"] if self.idle_objects else []), *self.extra_args]
         super().start()
         return self
 

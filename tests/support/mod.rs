@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use captf_lock_exporter::metrics::{render, Format};
+use captf_lock_exporter::metrics::{render_with, Exposition, Format};
 use captf_lock_exporter::pod_reads;
 use captf_lock_exporter::shared::Shared;
 use captf_lock_exporter::watch;
@@ -391,8 +391,16 @@ pub fn start_watching(
     shared
 }
 
+/// Every series, idle objects' too (`--export-idle-objects`): these tests
+/// follow objects with nothing to tell (a counter at 0, a lock released).
+/// The default exposition has its own tests (metrics, exposition_golden).
 pub fn scrape(shared: &Arc<Shared>) -> String {
-    render(shared, Format::Prometheus).expect("renders")
+    let everything = Exposition {
+        idle_objects: true,
+        ..Exposition::default()
+    };
+    let now = std::time::SystemTime::now();
+    render_with(shared, Format::Prometheus, now, everything).expect("renders")
 }
 
 /// Polls `cond` on fresh scrapes until it holds or the deadline passes.

@@ -619,9 +619,13 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
         # locks (two workstations, one gone own pod), and a runner pod turning Failed (the lock's
         # class becomes own_stale).
         def held_metric(h, value: bytes):
+            # A released lock's object with nothing else to tell leaves the body (the default
+            # exposition): no line is a release too.
             def check(body):
                 line = metric_line(body, "captf_state_lock_held", h["namespace"], h["name"])
-                return line is not None and line.rsplit(b" ", 1)[-1] in (value, value + b".0")
+                if line is None:
+                    return value == b"0"
+                return line.rsplit(b" ", 1)[-1] in (value, value + b".0")
             return check
 
         def of_class(h, cls: str):

@@ -5,8 +5,8 @@ Run by bench.py after the exporter is ready and its stale verdicts are settled
 other phases). Every phase has the same two windows, so each can be read against
 the ``lease`` phase, the baseline:
 
-1. a CPU window: the phase's changes at its rate for ``--phase-seconds``, no scrape
-   at all; then the bench waits until the exporter's CPU time stops moving (the last
+1. a CPU window (once the exporter's CPU time stands still): the phase's changes at
+   its rate for ``--phase-seconds``, no scrape at all; then the bench waits until the exporter's CPU time stops moving (the last
    change's render done). Exporter CPU per change = CPU time over the window /
    changes; "net" subtracts the ``idle`` phase's CPU rate over the same time;
 2. a probe window: the same changes go on at the same rate while a probe Lease is
@@ -69,6 +69,8 @@ CAPTF_DRIFT_INTERVAL_S = 30 * 60
 WRITES_PER_JOB = 2
 SHORT = {"TerraformCluster": "c", "TerraformMachine": "m", "TerraformMachinePool": "mp"}
 MASK = (1 << 64) - 1
+#: the session does not decompress: ask for the plain text
+IDENTITY = {"Accept-Encoding": "identity"}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -268,6 +270,7 @@ async def measure(ctx: Ctx, name: str, change, rate: float, seconds: float, prob
                   probes: int) -> dict:
     """The two windows of a phase (module doc)."""
     res: dict = {"phase": name, "rate_per_s": rate}
+    await cpu_quiet(ctx)  # the renders of the phase before are not this one's
     stop = asyncio.Event()
     c0, t0 = ctx.cpu_seconds(ctx.pid), time.perf_counter()
     task = asyncio.create_task(paced(change, rate, stop) if change else stop.wait())
@@ -311,6 +314,7 @@ async def burst_phase(ctx: Ctx, tcs: list[str], probe: Probe, rounds: int) -> di
         await asyncio.gather(*(writer() for _ in range(8)))
 
     res: dict = {"phase": "tc-burst"}
+    await cpu_quiet(ctx)
     c0, t0 = ctx.cpu_seconds(ctx.pid), time.perf_counter()
     # Each half toggles every cluster once (the earlier phases leave some with a Job).
     await half("toggle")
@@ -450,7 +454,7 @@ async def make_crowds(ctx: Ctx) -> dict:
     last = Probe(ctx, "", ns, crafted[-1])
 
     async def shown():
-        async with ctx.session.get(ctx.metrics_url) as r:
+        async with ctx.session.get(ctx.metrics_url, headers=IDENTITY) as r:
             return last.shows_held(await r.read())
     deadline = time.perf_counter() + 120
     while not await shown():
@@ -458,7 +462,7 @@ async def make_crowds(ctx: Ctx) -> dict:
             raise TimeoutError("the crowd Leases did not show on /metrics within 120 s")
         await asyncio.sleep(0.2)
     await cpu_quiet(ctx)
-    async with ctx.session.get(ctx.metrics_url) as r:
+    async with ctx.session.get(ctx.metrics_url, headers=IDENTITY) as r:
         body = await r.read()
     in_order, pairs = old_hash_order(body, bits, set(rand) | set(crafted))
     return {"namespace": ns, "n": n, "bits": bits, "crafted_tries": tries, "crafted_find_s": find_s,

@@ -5,14 +5,16 @@ Per fleet size it starts the fake API (examples/fake_api) once, and for each exp
 binary in turn (``--exporter old=PATH --exporter new=PATH``): ``--replicas`` exporter
 replicas (the chart's default: two) on it, plain HTTP and ``--auth=none`` as in the bench,
 each waited for until ready and its stale verdicts settled; then a fresh Prometheus 3
-(tools/prometheus3/build.sh) scraping them every ``--scrape-interval`` seconds. After the
+(tools/prometheus3/build.sh) scraping them every ``--scrape-interval`` seconds (default 30, the
+chart's; the timeout is the interval). After the
 first ``--warmup-rounds`` scrape rounds (a round: every replica scraped once; the first
 creates the series) it measures ``--rounds`` more, and prints, per binary:
 
 - samples per scrape per replica (``scrape_samples_scraped``), series added by the first scrape;
 - Prometheus's head series (``prometheus_tsdb_head_series`` read from its own /metrics, not
   scraped: a self-scrape would add series), its RSS (VmRSS) and Go heap in use at the end,
-  and its CPU seconds (utime + stime from /proc) per measured round;
+  and its CPU seconds (utime + stime from /proc) per measured round; the scrapes' average and longest
+  duration, and how many failed (``up`` 0: a round without its samples);
 - beside them each replica's RSS and CPU seconds per round, and the body sizes.
 
 Everything it starts is stopped by PID (also on failure and Ctrl-C); logs stay in ``--workdir``.
@@ -54,6 +56,8 @@ from procs import exporter_env, free_port, start, stop, stop_all, write_fake_kub
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MiB = 1024 * 1024
+#: the session does not decompress (the gzip body's size is measured): ask for plain text
+IDENTITY = {"Accept-Encoding": "identity"}
 UNVERIFIED = re.compile(rb'\ncaptf_state_locks_held\{class="own_unverified"\} (\S+)')
 
 
@@ -93,12 +97,22 @@ def prometheus_binary(given: str) -> str:
     if given:
         return given
     build = ROOT / "tools/prometheus3/build.sh"
-    log("Prometheus 3 from tools/prometheus3/build.sh (built into its cache when missing; minutes the first time)")
+
+    def cached(out: str) -> str:
+        for line in out.splitlines():
+            if line.startswith("PROM3_PROMETHEUS="):
+                return line.split("=", 1)[1]
+        return ""
+    # --print-env builds nothing (and exits 3 while any of its four binaries is missing).
+    path = cached(subprocess.run([str(build), "--print-env"], capture_output=True, text=True).stdout)
+    if path and os.access(path, os.X_OK):
+        return path
+    log("building Prometheus 3 with tools/prometheus3/build.sh (minutes the first time)")
     out = subprocess.run(["nice", "-n", "10", str(build), "--env"], check=True, capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        if line.startswith("PROM3_PROMETHEUS="):
-            return line.split("=", 1)[1]
-    raise RuntimeError(f"{build} --env printed no PROM3_PROMETHEUS")
+    path = cached(out)
+    if not path:
+        raise RuntimeError(f"{build} --env printed no PROM3_PROMETHEUS")
+    return path
 
 
 def metric_value(text: str, name: str) -> float | None:
@@ -127,7 +141,7 @@ async def measure_binary(args, n: int, api: str, workdir: Path, prom_bin: str, n
                 async with s.get(f"http://127.0.0.1:{port}/readyz") as r:
                     if r.status != 200:
                         return False
-                async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
+                async with s.get(f"http://127.0.0.1:{port}/metrics", headers=IDENTITY) as r:
                     m = UNVERIFIED.search(await r.read())
                 return m is not None and float(m.group(1)) == 0
             t = time.perf_counter()
@@ -135,7 +149,7 @@ async def measure_binary(args, n: int, api: str, workdir: Path, prom_bin: str, n
                 await wait_for(lambda port=port, p=p: settled(port, p), 600 + n / 100, "an exporter ready and settled",
                                interval=0.5)
             res["settled_s"] = time.perf_counter() - t
-            async with s.get(f"http://127.0.0.1:{ports[0]}/metrics", headers={"Accept-Encoding": "identity"}) as r:
+            async with s.get(f"http://127.0.0.1:{ports[0]}/metrics", headers=IDENTITY) as r:
                 res["body_plain_bytes"] = len(await r.read())
             async with s.get(f"http://127.0.0.1:{ports[0]}/metrics", headers={"Accept-Encoding": "gzip"}) as r:
                 res["body_gzip_bytes"] = len(await r.read())
@@ -148,7 +162,9 @@ async def measure_binary(args, n: int, api: str, workdir: Path, prom_bin: str, n
             interval = args.scrape_interval
             cfg = pdir / "prometheus.yml"
             targets = ", ".join(f"'127.0.0.1:{p}'" for p in ports)
-            cfg.write_text(f"global:\n  scrape_interval: {interval:g}s\n  scrape_timeout: {min(interval, 10):g}s\n"
+            # The timeout is the interval (the longest Prometheus allows): a scrape cut short would
+            # count as a round without its samples.
+            cfg.write_text(f"global:\n  scrape_interval: {interval:g}s\n  scrape_timeout: {interval:g}s\n"
                            f"scrape_configs:\n- job_name: captf\n  static_configs:\n  - targets: [{targets}]\n")
             pport = free_port()
             papi = f"http://127.0.0.1:{pport}"
@@ -158,8 +174,11 @@ async def measure_binary(args, n: int, api: str, workdir: Path, prom_bin: str, n
             exp_cpu0 = [cpu_seconds(p.pid) for p in exporters]
 
             async def query(expr: str) -> list:
-                async with s.get(papi + "/api/v1/query", params={"query": expr}) as r:
-                    return json.loads(await r.read())["data"]["result"]
+                async with s.get(papi + "/api/v1/query", params={"query": expr}, headers=IDENTITY) as r:
+                    body = await r.read()
+                    if r.status != 200:  # 503 while its storage starts: wait_for tries again
+                        raise aiohttp.ClientError(f"query {expr}: {r.status} {body[:200]!r}")
+                    return json.loads(body)["data"]["result"]
 
             async def rounds_done() -> int:
                 """Complete scrape rounds: the fewest scrapes any replica has had."""
@@ -190,7 +209,7 @@ async def measure_binary(args, n: int, api: str, workdir: Path, prom_bin: str, n
             res["prom_rss_mib"] = rss_mib(prom.pid)
             res["prom_hwm_mib"] = rss_mib(prom.pid, "VmHWM")
             res["exporter_rss_mib"] = [rss_mib(p.pid) for p in exporters]
-            async with s.get(papi + "/metrics") as r:
+            async with s.get(papi + "/metrics", headers=IDENTITY) as r:
                 own = (await r.read()).decode()
             res["head_series"] = metric_value(own, "prometheus_tsdb_head_series")
             res["prom_heap_inuse_mib"] = (metric_value(own, "go_memstats_heap_inuse_bytes") or 0) / MiB
@@ -200,6 +219,10 @@ async def measure_binary(args, n: int, api: str, workdir: Path, prom_bin: str, n
             res["series_added_first"] = sorted(float(x["value"][1]) for x in added)
             dur = await query('avg_over_time(scrape_duration_seconds{job="captf"}[1h])')
             res["scrape_duration_avg_s"] = sorted(float(x["value"][1]) for x in dur)
+            dur = await query('max_over_time(scrape_duration_seconds{job="captf"}[1h])')
+            res["scrape_duration_max_s"] = max((float(x["value"][1]) for x in dur), default=None)
+            failed = await query('sum(count_over_time(up{job="captf"}[1h])) - sum(sum_over_time(up{job="captf"}[1h]))')
+            res["failed_scrapes"] = int(float(failed[0]["value"][1])) if failed else None
             log(f"{n} {name}: {res['samples_per_scrape']} samples per scrape, {res['head_series']:.0f} head series, "
                 f"Prometheus {res['prom_rss_mib']:.0f} MiB, {res['prom_cpu_per_round_s']:.2f} CPU-s per round")
             for p in exporters:
@@ -245,7 +268,8 @@ def per10k(r: dict, key: str) -> float:
 
 def report(results: list[dict]) -> str:
     lines = ["| objects (held) | binary | samples per scrape per replica (per object) | head series | "
-             "Prometheus RSS / Go heap MiB | Prometheus CPU-s per round | scrape duration avg | body plain / gzip | "
+             "Prometheus RSS / Go heap MiB | Prometheus CPU-s per round | scrape duration avg (max; failed) | "
+             "body plain / gzip | "
              "exporter RSS MiB (each) | exporter CPU-s per round (each) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in results:
@@ -255,7 +279,8 @@ def report(results: list[dict]) -> str:
             f"| {r['objects']:,} ({r['held']:,}) | {r['binary']} | {s0:,.0f} ({s0 / r['objects']:.2f}) | "
             f"{r['head_series']:,.0f} | {r['prom_rss_mib']:.0f} / {r['prom_heap_inuse_mib']:.0f} | "
             f"{r['prom_cpu_per_round_s']:.2f} | "
-            f"{', '.join(f'{d * 1e3:.0f} ms' for d in r['scrape_duration_avg_s'])} | "
+            f"{', '.join(f'{d:.2f}' for d in r['scrape_duration_avg_s'])} s "
+            f"({r['scrape_duration_max_s']:.2f} s; {r['failed_scrapes']}) | "
             f"{r['body_plain_bytes'] / 1e6:.1f} MB / {r['body_gzip_bytes'] / 1e6:.2f} MB | "
             f"{', '.join(f'{x:.0f}' for x in r['exporter_rss_mib'])} | "
             f"{', '.join(f'{x:.2f}' for x in r['exporter_cpu_per_round_s'])} |")
@@ -279,9 +304,10 @@ async def main() -> int:
     ap.add_argument("--captf-status", action="store_true",
                     help="the fake API's objects carry CAPTF's status (StateReadable, activeJob), as a real fleet's do")
     ap.add_argument("--replicas", type=int, default=2, help="exporter replicas scraped (the chart's default: 2)")
-    ap.add_argument("--scrape-interval", type=float, default=15, help="seconds (default 15; the chart's is 30)")
-    ap.add_argument("--warmup-rounds", type=int, default=2, help="scrape rounds before measuring (default 2)")
-    ap.add_argument("--rounds", type=int, default=4, help="scrape rounds measured (default 4)")
+    ap.add_argument("--scrape-interval", type=float, default=30,
+                    help="seconds, also the scrape timeout (default 30: the chart's ServiceMonitor interval)")
+    ap.add_argument("--warmup-rounds", type=int, default=1, help="scrape rounds before measuring (default 1)")
+    ap.add_argument("--rounds", type=int, default=3, help="scrape rounds measured (default 3)")
     ap.add_argument("--smoke", action="store_true",
                     help="CI size: 1000 objects, 1 s interval, 1 warm-up and 2 measured rounds (about 30 s)")
     ap.add_argument("--workdir", default="")

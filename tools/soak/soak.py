@@ -20,7 +20,8 @@ Phases:
 5. quiet: no change; the series count must come back to the baseline (waited on with a deadline).
 
 /metrics is polled back to back (at most every ``--poll`` s). Every change the driver makes is a
-transition it waits to see: a release shows ``captf_state_lock_held 0``; a new lock shows held 1 and a
+transition it waits to see: a release shows ``captf_state_lock_held 0`` (or no line: an object with
+nothing left to tell leaves the default exposition); a new lock shows held 1 and a
 ``captf_state_lock_info`` with the new lock ID and holder; a holder pod dying shows that lock as
 ``own_stale``; a created object shows held 0; a deleted one loses its series. A transition not seen
 within ``--deadline`` s is missed. An object with a transition in flight is not changed again, so
@@ -195,9 +196,9 @@ class Transition:
     def shown(self, s: Scrape) -> bool:
         k = self.obj.key
         if self.what == "release":
-            return s.held.get(k) == 0.0 and k not in s.info
+            return s.held.get(k, 0.0) == 0.0 and k not in s.info
         if self.what == "create":
-            return s.held.get(k) == 0.0
+            return s.held.get(k, 0.0) == 0.0
         if self.what == "delete":
             return k not in s.held and k not in s.info
         lab = s.info.get(k)
@@ -458,9 +459,11 @@ async def run(args, workdir: Path) -> int:
         env = exporter_env()
         ex_log = workdir / "exporter.log"
         # --watch-timeout 30s: watches restart every 30-60 s, as the soak has always exercised them
-        # (the default is client-go's 5-10 min)
+        # (the default is client-go's 5-10 min); every object's series, so that a create and a
+        # delete of an idle object are transitions the scrapes can see
         exporter = start([args.exporter, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
-                          "--plain-http", "--auth=none", "--log-level", "warn", "--watch-timeout", "30s"], ex_log, env=env)
+                          "--plain-http", "--auth=none", "--log-level", "warn", "--watch-timeout", "30s",
+                          "--export-idle-objects"], ex_log, env=env)
         pid = exporter.pid
         t_start = time.monotonic()
 
@@ -491,7 +494,7 @@ async def run(args, workdir: Path) -> int:
         async def settled():
             s = await scrape()
             return s.families.get("captf_state_locks_held") and all(
-                (o.lock_id is None) == (s.held.get(o.key) == 0.0) for o in soak.objects.values()) and \
+                (o.lock_id is None) == (s.held.get(o.key, 0.0) == 0.0) for o in soak.objects.values()) and \
                 'own_unverified' not in {lab.get("class") for lab in s.info.values()}
         await wait_for(settled, 600, "every lock of the fleet shown and every stale verdict confirmed", interval=0.5)
 

@@ -166,7 +166,7 @@ impl Index {
     /// Facts about every held lock that passes `filter`, in no order.
     pub fn held_lock_facts(&self, filter: &LockFilter) -> Vec<LockFacts> {
         self.locks
-            .iter()
+            .held()
             .filter(|(k, _)| {
                 filter
                     .namespace
@@ -182,6 +182,34 @@ impl Index {
             })
             .flatten()
             .collect()
+    }
+
+    /// The keys of every held lock that passes `filter`, in no order, and
+    /// the count of every held lock per class (filter or not), in one walk
+    /// of the held locks: the cheap part of [`Index::held_lock_facts`], for
+    /// a caller that builds the facts a few keys at a time
+    /// ([`Index::facts`]) so that no single read holds writers back for
+    /// all of them.
+    pub fn held_lock_keys(&self, filter: &LockFilter) -> (Vec<LockKey>, [(HolderClass, u64); 5]) {
+        let mut per_class = HolderClass::ALL.map(|c| (c, 0u64));
+        let mut keys = Vec::new();
+        for (k, lock) in self.locks.held() {
+            let Some(class) = lock.state.class else {
+                continue;
+            };
+            if let Some(slot) = per_class.iter_mut().find(|(c, _)| *c == class) {
+                slot.1 += 1;
+            }
+            let passes = filter.class.as_deref().is_none_or(|c| c == class.as_str())
+                && filter
+                    .namespace
+                    .as_deref()
+                    .is_none_or(|ns| ns == k.namespace);
+            if passes {
+                keys.push(k.clone());
+            }
+        }
+        (keys, per_class)
     }
 
     /// Facts about the held lock shown as (namespace, kind, name); `kind`

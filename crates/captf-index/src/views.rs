@@ -268,7 +268,8 @@ impl Index {
     /// Number of held locks per class.
     pub fn held_per_class(&self) -> [(HolderClass, u64); 5] {
         let mut out = HolderClass::ALL.map(|c| (c, 0u64));
-        for (_, lock) in self.locks.iter() {
+        // Only a held lock has a class.
+        for (_, lock) in self.locks.held() {
             if let Some(class) = lock.state.class {
                 if let Some(slot) = out.iter_mut().find(|(c, _)| *c == class) {
                     slot.1 += 1;

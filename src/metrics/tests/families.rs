@@ -1,8 +1,10 @@
 //! Each key family's own lines: one key in, the exact lines out, written
 //! here by hand; and every line's label names are the family's.
 
-use super::super::families::{self as f, Family, KEY_FAMILIES};
-use super::super::render::{lines_of, HeldLock, Subject};
+use super::super::families::Family;
+use super::super::key_families::{self as f, KEY_FAMILIES};
+use super::super::render::lines_of;
+use super::super::subject::{HeldLock, Subject};
 use crate::core::captf_verdict::StateReadable;
 use crate::core::node_lost::LostReason;
 use crate::core::timeouts::Effective;
@@ -37,7 +39,7 @@ fn view<'a>(captf: Option<&'a CaptfStatus>, busy: bool) -> ObjectView<'a> {
     }
 }
 
-fn held() -> HeldLock<'static> {
+fn held(lost: &NodeLost) -> HeldLock<'_> {
     HeldLock {
         class: "foreign",
         operation: "OperationTypeApply",
@@ -49,24 +51,27 @@ fn held() -> HeldLock<'static> {
         age: 42.5,
         created: Some(1_700_000_000.0),
         overdue: true,
-        // What only an own_live lock carries; the family writes what it is given.
-        node_lost: Some(Box::leak(Box::new(NodeLost {
-            node: "worker-1".into(),
-            reason: LostReason::NodeUnreachable,
-            since: 1_700_000_050.0,
-        }))),
+        node_lost: Some(lost),
+    }
+}
+
+fn lost() -> NodeLost {
+    NodeLost {
+        node: "node-a".into(),
+        reason: LostReason::NodeUnreachable,
+        since: 1_700_000_050.0,
     }
 }
 
 /// A key with everything to tell: a held foreign lock, CAPTF's condition,
 /// a mismatch, an active Job, a pending plan, two counters (its own and
 /// one kept under another name of the same lock).
-fn busy<'a>(view: &'a ObjectView<'a>) -> Subject<'a> {
+fn busy<'a>(view: &'a ObjectView<'a>, lost: &'a NodeLost) -> Subject<'a> {
     let fu = |total, last_seen| ForceUnlocks { total, last_seen };
     Subject {
         object: ["ns", "TerraformMachine", "web"],
         view,
-        lock: Some(held()),
+        lock: Some(held(lost)),
         held: true,
         counters: vec![
             (
@@ -96,7 +101,8 @@ fn quiet<'a>(view: &'a ObjectView<'a>) -> Subject<'a> {
 fn each_family_writes_exactly_its_lines() {
     let s = status();
     let (busy_view, quiet_view) = (view(Some(&s), true), view(None, false));
-    let (busy, quiet) = (busy(&busy_view), quiet(&quiet_view));
+    let lost = lost();
+    let (busy, quiet) = (busy(&busy_view, &lost), quiet(&quiet_view));
     let web2 = r#"namespace="ns",kind="TerraformMachine",name="web2""#;
     let cases: [(&Family, String, String); 15] = [
         (
@@ -126,7 +132,7 @@ fn each_family_writes_exactly_its_lines() {
         ),
         (
             &f::HOLDER_NODE_LOST,
-            format!("captf_state_lock_holder_node_lost_timestamp_seconds{{{OBJ},node=\"worker-1\",reason=\"node_unreachable\"}} 1700000050.0\n"),
+            format!("captf_state_lock_holder_node_lost_timestamp_seconds{{{OBJ},node=\"node-a\",reason=\"node_unreachable\"}} 1700000050.0\n"),
             String::new(),
         ),
         (
@@ -203,8 +209,8 @@ fn label_names(line: &str) -> Vec<&str> {
 #[test]
 fn every_line_has_its_familys_label_names_and_name() {
     let s = status();
-    let v = view(Some(&s), true);
-    let subject = busy(&v);
+    let (v, lost) = (view(Some(&s), true), lost());
+    let subject = busy(&v, &lost);
     for family in KEY_FAMILIES {
         let text = lines_of(family, &subject);
         assert!(

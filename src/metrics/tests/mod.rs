@@ -13,7 +13,7 @@ use std::io::Read as _;
 use std::time::{Duration, SystemTime};
 
 use super::buckets::{bucket_of, KeyHash, KEYS_PER_BUCKET};
-use super::families::{headers, KEY_FAMILIES};
+use super::key_families::{headers, KEY_FAMILIES};
 use super::render::render_key;
 use super::store::{Sizing, Store};
 use super::{families as fam, render_at, Body, Exposition, Format, ScrapeCache};

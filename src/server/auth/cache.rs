@@ -423,6 +423,8 @@ mod tests {
         assert_eq!(ask(0).await, Ok(Found::Reviewed(true)));
         cache.promote(&0);
         for key in 1..100 {
+            // Each younger than the one before: the oldest goes first.
+            tokio::time::advance(Duration::from_millis(1)).await;
             assert_eq!(ask(key).await, Ok(Found::Reviewed(true)));
             assert!(cache.len() <= 1 + 4, "{} entries", cache.len());
         }

@@ -30,7 +30,9 @@ use tokio::sync::Semaphore;
 use crate::health::{AuthResult, Health, Review};
 use cache::{Cache, Found, Ttl};
 use call::{CallError, ReviewLog};
-pub use review::{Failure, Identity, KubeReviewer, ReviewError, Reviewer, User};
+pub use review::{
+    AuthService, Failure, Identity, KubeReviewer, ReviewError, Reviewer, ServiceTarget, User,
+};
 
 /// Paths anyone may read: probes, which carry no token.
 pub fn is_open(path: &str) -> bool {
@@ -44,7 +46,7 @@ pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
 /// Review calls in flight at once: a flood of unknown tokens costs the API
 /// server at most this many concurrent reviews.
-const MAX_REVIEWS_IN_FLIGHT: usize = 8;
+pub(crate) const MAX_REVIEWS_IN_FLIGHT: usize = 8;
 
 /// How long a request waits for a review slot before it is answered 503.
 const REVIEW_QUEUE_WAIT: Duration = Duration::from_secs(2);
@@ -73,7 +75,7 @@ const DENIED_TTL: Ttl = Ttl::refusal(30);
 /// Answers held per share of each cache: allowed ones, identities not yet
 /// allowed anything, refusals (see [`cache`]: neither of the last two can
 /// push an allowed answer out).
-const CACHE_CAPACITY: usize = 1024;
+pub(crate) const CACHE_CAPACITY: usize = 1024;
 
 /// Why a request is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]

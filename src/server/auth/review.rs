@@ -1,6 +1,8 @@
 //! The two questions the admin endpoint asks the API server: who is this
 //! bearer token (TokenReview), and may that user `get` this path
-//! (SubjectAccessReview on a non-resource URL). They are the only requests
+//! (SubjectAccessReview on a non-resource URL, or with `--auth-service`,
+//! on a subresource of the exporter's Service: [`access_spec`]). They are
+//! the only requests
 //! of the exporter that are not get, list or watch; they create nothing
 //! that is stored (the API server answers a review and keeps nothing).
 
@@ -9,7 +11,7 @@ use std::collections::BTreeMap;
 use futures::future::BoxFuture;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
-    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
 
@@ -71,12 +73,112 @@ pub trait Reviewer: Send + Sync {
     fn access<'a>(&'a self, user: &'a User, verb: &'a str, path: &'a str) -> Answer<'a, bool>;
 }
 
+/// The Service whose subresources stand for the paths
+/// (`--auth-service <namespace>/<name>`), as kube-rbac-proxy's
+/// `resourceAttributes` do: `get` on `services/metrics` of it opens
+/// `/metrics`, `get` on `services/pages` opens `/` and `/locks/...`.
+/// RBAC then grants a path per namespace and per Service (a Role with
+/// `resourceNames`), not to everyone allowed a non-resource URL of that
+/// name cluster-wide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceTarget {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+}
+
+/// `--auth-service`: the Service whose subresources stand for the paths,
+/// or none (the non-resource paths).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuthService(pub Option<ServiceTarget>);
+
+impl AuthService {
+    /// `<namespace>/<name>`, both DNS-1123 labels (what a namespace and a
+    /// Service name are); empty: none.
+    pub fn parse(s: &str) -> Result<AuthService, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Ok(AuthService(None));
+        }
+        let label = |v: &str| {
+            !v.is_empty()
+                && v.len() <= 63
+                && v.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !v.starts_with('-')
+                && !v.ends_with('-')
+        };
+        match s.split_once('/') {
+            Some((ns, name)) if label(ns) && label(name) => Ok(AuthService(Some(ServiceTarget {
+                namespace: ns.into(),
+                name: name.into(),
+            }))),
+            _ => Err(format!(
+                "{s:?}: expected <namespace>/<service>, each a DNS label (lowercase letters, digits, '-')"
+            )),
+        }
+    }
+}
+
+/// The subresource of [`ServiceTarget`] a path stands for: `metrics` for
+/// `/metrics`, `pages` for everything else the guard checks (`/`,
+/// `/locks/...`; any other path is answered 404 once allowed).
+pub fn subresource_of(path: &str) -> &'static str {
+    if path == "/metrics" {
+        "metrics"
+    } else {
+        "pages"
+    }
+}
+
+/// The SubjectAccessReview asking whether `user` may `verb` `path`: on the
+/// non-resource URL, or with `service` on its subresource for the path.
+pub fn access_spec(
+    user: &User,
+    verb: &str,
+    path: &str,
+    service: Option<&ServiceTarget>,
+) -> SubjectAccessReviewSpec {
+    let (non_resource, resource) = match service {
+        None => (
+            Some(NonResourceAttributes {
+                path: Some(path.to_string()),
+                verb: Some(verb.to_string()),
+            }),
+            None,
+        ),
+        Some(s) => (
+            None,
+            Some(ResourceAttributes {
+                namespace: Some(s.namespace.clone()),
+                verb: Some(verb.to_string()),
+                group: Some(String::new()),
+                version: Some("v1".into()),
+                resource: Some("services".into()),
+                subresource: Some(subresource_of(path).into()),
+                name: Some(s.name.clone()),
+                ..ResourceAttributes::default()
+            }),
+        ),
+    };
+    SubjectAccessReviewSpec {
+        user: Some(user.name.clone()),
+        uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
+        groups: Some(user.groups.clone()),
+        extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+        non_resource_attributes: non_resource,
+        resource_attributes: resource,
+    }
+}
+
 /// [`Reviewer`] over the exporter's own client. The guard bounds each
 /// call in time; this only asks.
 #[derive(Clone)]
 pub struct KubeReviewer {
     client: kube::Client,
     audiences: Vec<String>,
+    service: Option<ServiceTarget>,
 }
 
 impl KubeReviewer {
@@ -85,7 +187,15 @@ impl KubeReviewer {
         KubeReviewer {
             client,
             audiences: Vec::new(),
+            service: None,
         }
+    }
+
+    /// Asks about `service`'s subresources instead of the non-resource
+    /// paths ([`access_spec`]); None: the paths.
+    pub fn with_service(mut self, service: Option<ServiceTarget>) -> Self {
+        self.service = service;
+        self
     }
 
     /// Accepts only tokens issued for one of `audiences` (TokenReview
@@ -174,17 +284,7 @@ impl Reviewer for KubeReviewer {
     fn access<'a>(&'a self, user: &'a User, verb: &'a str, path: &'a str) -> Answer<'a, bool> {
         Box::pin(async move {
             let review = SubjectAccessReview {
-                spec: SubjectAccessReviewSpec {
-                    user: Some(user.name.clone()),
-                    uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
-                    groups: Some(user.groups.clone()),
-                    extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
-                    non_resource_attributes: Some(NonResourceAttributes {
-                        path: Some(path.to_string()),
-                        verb: Some(verb.to_string()),
-                    }),
-                    resource_attributes: None,
-                },
+                spec: access_spec(user, verb, path, self.service.as_ref()),
                 ..Default::default()
             };
             let answer = self.create("SubjectAccessReview", &review).await?;
@@ -192,5 +292,78 @@ impl Reviewer for KubeReviewer {
                 .status
                 .is_some_and(|s| s.allowed && !s.denied.unwrap_or(false)))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_review_asks_about_the_path_or_the_services_subresource() {
+        let user = User {
+            name: "system:serviceaccount:monitoring:prometheus".into(),
+            groups: vec!["system:serviceaccounts".into()],
+            ..User::default()
+        };
+        let plain = access_spec(&user, "get", "/metrics", None);
+        assert_eq!(
+            plain.non_resource_attributes,
+            Some(NonResourceAttributes {
+                path: Some("/metrics".into()),
+                verb: Some("get".into()),
+            })
+        );
+        assert_eq!(plain.resource_attributes, None);
+        let svc = ServiceTarget {
+            namespace: "captf-system".into(),
+            name: "captf-lock-exporter".into(),
+        };
+        for (path, sub) in [
+            ("/metrics", "metrics"),
+            ("/", "pages"),
+            ("/locks/team-a/TerraformMachine/web", "pages"),
+        ] {
+            let spec = access_spec(&user, "get", path, Some(&svc));
+            assert_eq!(spec.non_resource_attributes, None, "{path}");
+            let r = spec.resource_attributes.unwrap_or_default();
+            assert_eq!(
+                (
+                    r.namespace.as_deref(),
+                    r.group.as_deref(),
+                    r.resource.as_deref(),
+                    r.subresource.as_deref(),
+                    r.name.as_deref(),
+                    r.verb.as_deref()
+                ),
+                (
+                    Some("captf-system"),
+                    Some(""),
+                    Some("services"),
+                    Some(sub),
+                    Some("captf-lock-exporter"),
+                    Some("get")
+                ),
+                "{path}"
+            );
+            assert_eq!(spec.user.as_deref(), Some(user.name.as_str()));
+        }
+    }
+
+    #[test]
+    fn the_service_flag_takes_namespace_and_name() {
+        assert_eq!(AuthService::parse(" "), Ok(AuthService(None)));
+        assert_eq!(
+            AuthService::parse("captf-system/captf-lock-exporter"),
+            Ok(AuthService(Some(ServiceTarget {
+                namespace: "captf-system".into(),
+                name: "captf-lock-exporter".into()
+            })))
+        );
+        for bad in [
+            "svc", "/svc", "ns/", "Ns/svc", "ns/svc/x", "ns/-svc", "ns/s_c",
+        ] {
+            assert!(AuthService::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -69,8 +69,9 @@ impl Config {
     /// 47 MB exposition of 100k objects through at 1.6 MB/s, far below any
     /// in-cluster link; it bounds how long a reader that stopped reading
     /// keeps its slot and the body it pins. Four page renders at once are
-    /// plenty for people; each walks the index under its read lock on a
-    /// blocking thread, so more would only queue behind each other.
+    /// plenty for people; each reads the index a few locks at a time on a
+    /// blocking thread and renders with no lock, so more would only take
+    /// CPU from the scrapes.
     pub const DEFAULT: Config = Config {
         header_read_timeout: Duration::from_secs(10),
         max_connections: 128,
