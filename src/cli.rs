@@ -289,11 +289,14 @@ pub struct SkipList(pub Vec<Resource>);
 
 impl Cli {
     /// The resources to watch: every one of [`Resource::ALL`] (in its
-    /// order) that `--skip-resources` does not name.
+    /// order) that `--skip-resources` does not name; with `--namespaces`,
+    /// none that is cluster-scoped (Nodes): a namespaced exporter sends
+    /// only namespaced requests, and judges lost nodes on pod evidence.
     pub fn watched_resources(&self) -> Vec<Resource> {
         Resource::ALL
             .into_iter()
             .filter(|r| !self.skip_resources.0.contains(r))
+            .filter(|r| self.namespaces.is_empty() || !r.cluster_scoped())
             .collect()
     }
 }
@@ -503,8 +506,13 @@ mod tests {
             vec![Some("b".to_string()), Some("a".to_string())],
             "each namespace is watched once"
         );
+        assert!(
+            !cli.watched_resources().contains(&Resource::Nodes),
+            "a namespaced exporter reads nothing cluster-scoped"
+        );
         let cli = Cli::try_parse_from(["x", "demo"]).expect("parses");
         assert_eq!(cli.watch_scopes(), vec![None]);
+        assert!(cli.watched_resources().contains(&Resource::Nodes));
         assert_eq!(cli.command, Some(Command::Demo));
         assert_eq!(cli.listen_address.port(), 9820);
         assert_eq!(cli.pod_recheck_interval, Duration::from_secs(10));

@@ -120,6 +120,12 @@ async fn run(cli: Cli) -> Result<(), StartError> {
             "--skip-resources: these resources are not watched and export no watch series"
         );
     }
+    let nodes = captf_lock_exporter::index::Resource::Nodes;
+    if !cli.namespaces.is_empty() && !cli.skip_resources.0.contains(&nodes) {
+        tracing::info!(
+            "--namespaces: Nodes (cluster-scoped) are not watched; whether a lock's runner is on a lost node is judged from its pod alone (pod_terminating_past_grace)"
+        );
+    }
     if !cli.watch_list {
         ctx.watch_list.disable();
         tracing::info!("--watch-list=false: every watch lists in pages");

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+import pytest
+
 from pykit.builders import lock_lease, terraform_object
 from pykit.exporter import E, Exporter, wait_samples
 from pykit.kube import ALL_RESOURCES, KubeEmulator
@@ -11,6 +13,8 @@ from pykit.kube import ALL_RESOURCES, KubeEmulator
 M = "TerraformMachine"
 
 
+# Nodes are cluster-scoped: a namespaced exporter does not watch them (docs/contract.md 8.1)
+@pytest.mark.kube(omit=["nodes"])
 def test_namespace_list_limits_the_watches(kube: KubeEmulator, start_exporter: Callable[..., Exporter]) -> None:
     for ns in ("team-a", "team-b", "team-c"):
         kube.create(terraform_object(M, ns, "web"))
@@ -19,7 +23,8 @@ def test_namespace_list_limits_the_watches(kube: KubeEmulator, start_exporter: C
     expects = [E("captf_state_lock_info", 1, namespace=ns, kind=M, name="web", **{"class": "foreign"})
                for ns in ("team-a", "team-b")]
     expects += [E("captf_state_locks_held", 2, **{"class": "foreign"})]
-    expects += [E("captf_lock_exporter_watch_up", 1, resource=r) for r in ALL_RESOURCES]
+    expects += [E("captf_lock_exporter_watch_up", 1, resource=r) for r in ALL_RESOURCES if r != "nodes"]
+    expects += [E("captf_lock_exporter_watch_up", None, resource="nodes")]
     wait_samples(exp, expects, 20, "the locks of team-a and team-b only")
     # A change in a listed namespace arrives; one in another namespace does not.
     kube.create(lock_lease("team-c", M, "db", who="bob@desk"))

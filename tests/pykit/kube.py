@@ -67,6 +67,8 @@ RESOURCES: dict[str, ResourceDef] = {
                     "terraformmachinepool"),
         ResourceDef(INFRA_GROUP, INFRA_VERSION, "terraformplans", "TerraformPlan", "terraformplan"),
         ResourceDef(CAPI_GROUP, "v1beta2", "clusters", "Cluster", "cluster"),
+        # cluster-scoped: the lost-node evidence of own locks (issue 49)
+        ResourceDef("", "v1", "nodes", "Node", "node", namespaced=False),
     )
 }
 #: The resources served by default (keys of RESOURCES; the key is the plural).
