@@ -191,7 +191,8 @@ def test_shipped_alerts_end_to_end(stack: Stack, clock: Clock, flavor: Flavor, t
     shipped_rules = {r["name"]: r for r in groups[JOB]["rules"]}
     assert set(shipped_rules) == {A_OVERDUE, A_FORCE, A_STALE, "CAPTFStateLockHeldTooLong",
                                   "CAPTFLockExporterDown", "CAPTFLockExporterWatchDown",
-                                  "CAPTFStateLockVerdictMismatch", "CAPTFStateLockUnverified"}, set(shipped_rules)
+                                  "CAPTFStateLockVerdictMismatch", "CAPTFStateLockUnverified",
+                                  "CAPTFStateLockHolderNodeLost"}, set(shipped_rules)
     # ForeignOverdue is two rules (warning at lockTimeoutSeconds, critical an hour later).
     assert sorted(r["labels"]["severity"] for r in groups[JOB]["rules"] if r["name"] == A_OVERDUE) == [
         "critical", "warning"], groups[JOB]["rules"]
