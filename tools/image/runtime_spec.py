@@ -26,6 +26,8 @@ What is translated, and how (docs/decisions/image.md):
 
 from __future__ import annotations
 
+import base64
+
 import json
 import os
 import platform
@@ -253,6 +255,21 @@ def runtime_spec(objects: list[dict[str, Any]], image_config: dict[str, Any], *,
             opts = ["nosuid", "nodev", "mode=1777"] + ([f"size={quantity_bytes(size)}"] if size else [])
             mounts.append({"destination": vm["mountPath"], "type": "tmpfs", "source": "tmpfs",
                            "options": opts + (["ro"] if vm.get("readOnly") else [])})
+        elif "secret" in v:
+            # The kubelet writes a Secret's keys as files: the rendered Secret (the chart's
+            # helm-made certificate, by default) is written next to etc_dir and bound read-only.
+            name = v["secret"]["secretName"]
+            found = [o for o in objects if o.get("kind") == "Secret" and o["metadata"]["name"] == name]
+            if not found:
+                raise ValueError(f"volume {vm['name']}: Secret {name} is not among the rendered objects")
+            src = etc_dir.parent / f"secret-{vm['name']}"
+            src.mkdir(parents=True, exist_ok=True)
+            for key, value in (found[0].get("data") or {}).items():
+                (src / key).write_bytes(base64.b64decode(value))
+            for key, value in (found[0].get("stringData") or {}).items():
+                (src / key).write_text(value)
+            mounts.append({"destination": vm["mountPath"], "type": "bind", "source": str(src),
+                           "options": ["rbind", "ro", "nosuid", "nodev", "noexec"]})
         else:
             raise ValueError(f"volume {vm['name']} ({sorted(v)}) is not translated: extend runtime_spec")
     if pod.get("automountServiceAccountToken", True):
