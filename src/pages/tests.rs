@@ -113,7 +113,7 @@ impl Drop for ReadHold {
     }
 }
 
-/// Issue 51, item 6: `/` built every held lock's facts under the index's
+/// `/` built every held lock's facts under the index's
 /// read lock, so at 100k objects (10k held) a watch event waited for the
 /// whole copy, a third of the page's work. Now the page reads the index a
 /// few locks at a time and renders with no lock; no read may take more

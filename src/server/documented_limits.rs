@@ -1,6 +1,5 @@
 //! Every limit the docs state, pinned here as the literal they state it
-//! as: changing a limit without its docs fails this test (issue 51, item
-//! 9), and so does docs text that no longer names it.
+//! as: changing a limit without its docs fails this test, and so does docs text that no longer names it.
 //!
 //! Not pinned here: the 128 MiB of plain text a snapshot keeps
 //! (`metrics::store::PLAIN_KEPT_UP_TO`, private to its module).

@@ -77,7 +77,7 @@ pub(super) struct Conn {
     /// (a scrape, a page): only such an answer keeps the slot while it
     /// moves. A probe's answer or a refusal does not, or a client that
     /// pipelines `/healthz` and reads a few hundred bytes a second would
-    /// always be owed an answer that moves (issue 43).
+    /// always be owed an answer that moves.
     guarded: AtomicBool,
     /// The connection's response deadline: whether an answer is owed.
     clock: OnceLock<Arc<ResponseClock>>,
@@ -278,7 +278,7 @@ mod tests {
         owed_as(r, true)
     }
 
-    /// Issue 43, item 1: a client that pipelines `/healthz` and reads a
+    /// A client that pipelines `/healthz` and reads a
     /// little every 0.9 s is always owed a probe's answer that moves; that
     /// must not keep its slot, or 128 of them keep everyone out.
     #[tokio::test(start_paused = true)]

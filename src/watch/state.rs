@@ -345,7 +345,7 @@ pub(super) fn clean_end(rv: String, delivered: bool, lasted: Duration, timing: T
 /// a refusal, an ERROR event) what happened meanwhile is read whole: a
 /// watch from a version is only as good as the server's memory of the
 /// changes since it, and a server that hung, restarted or failed over may
-/// have none (issue 33: an HTTP/1.1 server that came back never sent the
+/// have none (an HTTP/1.1 server that came back never sent the
 /// changes made while it hung).
 fn resumes_after(f: &Failed, opened: bool) -> bool {
     match f.reason() {

@@ -276,7 +276,7 @@ fn printed_block(fix: &str, first: &str, last: &str) -> String {
         .join("\n")
 }
 
-/// Issue 51, item 3: for a holderIdentity over 1,024 bytes (shown cut),
+/// For a holderIdentity over 1,024 bytes (shown cut),
 /// both printed force-unlocks read the holder from the Lease when pasted;
 /// if the lock changed hands since `explain` ran, they released the new
 /// holder's lock. Now they refuse unless the holder still has the length

@@ -439,7 +439,7 @@ async fn an_outage_is_one_warning_and_every_failure_is_counted() {
     assert_eq!(warnings.load(Ordering::SeqCst), 3);
 }
 
-/// Issue 43, item 3: a full cache dropped its oldest answer whatever it
+/// A full cache dropped its oldest answer whatever it
 /// held, so about 1,100 requests with random tokens in ten seconds pushed
 /// Prometheus' identity out: its next scrape cost a TokenReview, and in an
 /// API outage nothing was left to stand in for it.
@@ -480,7 +480,7 @@ async fn random_tokens_cannot_push_an_allowed_identity_out_of_the_cache() {
     );
 }
 
-/// Issue 51, item 1: a token the API server accepts but RBAC denies was
+/// A token the API server accepts but RBAC denies was
 /// kept beside the allowed identities, so a tenant's 1,100 own
 /// ServiceAccount tokens (each sent once, each answered 403) pushed
 /// Prometheus' identity out, and an API outage at its next scrape found

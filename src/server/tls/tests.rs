@@ -143,7 +143,7 @@ async fn until(what: &str, done: impl Fn() -> bool) {
     }
 }
 
-/// Issue 51, item 5: a deleted or unreadable certificate file was a
+/// A deleted or unreadable certificate file was a
 /// warning on every look (every 10 s), for as long as it stayed away.
 /// Now: one warning when the looks start failing, every failed look
 /// counted, and one line with their number when the files are usable

@@ -81,7 +81,7 @@ fn machines_and_pools_inherit_defaults_field_by_field() {
 
 #[test]
 fn cluster_own_jobs_are_the_last_inherited_layer() {
-    // The vector of issue 7: cluster spec.jobs {150, 1800}, no defaults,
+    // A vector from CAPTF's docs: cluster spec.jobs {150, 1800}, no defaults,
     // a machine without spec.jobs gets 150 and 1800.
     let cluster = ClusterPolicies {
         jobs: Some(pol(Some(150), Some(1800))),

@@ -283,7 +283,7 @@ fn the_read_model_judges_overdue_as_metrics_does() {
     assert!(facts(&ix).overdue(late));
 }
 
-/// Issue 43, item 6: Events about objects the index does not know are
+/// Events about objects the index does not know are
 /// kept up to a cap per namespace; past it they are dropped and the write
 /// says so. A kept Event's update is not dropped, a deletion frees its
 /// slot, an object that comes frees its Events' slots, another namespace
@@ -348,7 +348,7 @@ fn events_about_unknown_objects_are_capped_per_namespace() {
     assert_eq!(kept(&ix), cap);
 }
 
-/// Issue 51, item 2: whoever may create Events filled a namespace's cap
+/// Whoever may create Events filled a namespace's cap
 /// with Events about objects that never exist; after a restart, a real
 /// force-unlock whose Event came on the live watch before its object's
 /// Lease (or Terraform* object) was listed was dropped for good, and its

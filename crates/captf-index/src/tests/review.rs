@@ -1,5 +1,5 @@
 //! Defects a code review found on 51cdee4, each pinned by a test that
-//! failed there (issue 13; the closing note names them).
+//! failed there (docs/decisions/verdict.md names them).
 
 use super::*;
 use chrono::{DateTime, Utc};

@@ -113,7 +113,7 @@ fn machine_inherits_its_clusters_own_jobs_and_follows_their_changes() {
         )
     };
     ix.feed(Resource::Clusters, capi("prod", "tc"));
-    // Issue 7's vector: spec.jobs {150, 1800}, no defaults.
+    // The issue's vector: spec.jobs {150, 1800}, no defaults.
     ix.feed(
         Resource::TerraformClusters,
         tc(jobs(Some(150), Some(1800)), None),

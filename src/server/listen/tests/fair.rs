@@ -73,7 +73,7 @@ async fn probe(h: &Harness, path: &str, status: &str) -> bool {
         .is_some_and(|r| r.head.starts_with(&format!("HTTP/1.1 {status}")))
 }
 
-/// Issue 33, defect 2: 128 keep-alive clients that each ask for `/healthz`
+/// 128 keep-alive clients that each ask for `/healthz`
 /// every 0.8 s (and come back at once when closed) were never still for the
 /// second that made a connection closable, so at the cap a scraper and the
 /// kubelet's probes waited in the backlog for good.
@@ -220,7 +220,7 @@ async fn slow_pipeliner(
     }
 }
 
-/// Issue 43, item 1: a client that pipelines `/healthz` and reads a few
+/// A client that pipelines `/healthz` and reads a few
 /// hundred bytes a second was always owed an answer that moved, and its
 /// response deadline began again whenever hyper's buffer emptied, so it
 /// kept its slot for good; at the cap the kubelet and Prometheus waited

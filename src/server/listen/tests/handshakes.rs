@@ -36,7 +36,7 @@ impl HandshakeLines {
     }
 }
 
-/// Issue 43, item 7b: every failed handshake was a line of its own, so a
+/// Every failed handshake was a line of its own, so a
 /// client retrying every 10 s (or a scanner) wrote the log full.
 #[tokio::test(start_paused = true)]
 async fn failed_handshakes_are_one_summary_per_interval_with_the_count() {

@@ -26,7 +26,7 @@ impl crate::server::auth::Reviewer for LongTokens {
     }
 }
 
-/// Issue 43, item 7c: hyper read up to about 408 KiB of request head per
+/// Hyper read up to about 408 KiB of request head per
 /// connection, 128 connections about 51 MiB, where a GET with the longest
 /// token the guard looks at needs a little over 16 KiB.
 #[tokio::test(start_paused = true)]

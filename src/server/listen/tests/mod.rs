@@ -405,7 +405,7 @@ async fn page_renders_over_the_bound_get_503_with_retry_after() {
     assert_eq!(h.pages.available_permits(), 2);
 }
 
-/// Issue 33: the pages set their policy only in a `<meta>` tag (no
+/// The pages set their policy only in a `<meta>` tag (no
 /// `frame-ancestors`, no `nosniff`, nothing against caches keeping lock
 /// IDs). Every answer now carries the headers.
 #[tokio::test]

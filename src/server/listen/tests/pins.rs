@@ -40,7 +40,7 @@ async fn rendered_after(cache: &ScrapeCache, seen: u64) {
     }
 }
 
-/// Issue 43, item 7a: a reader that asks for `/metrics` and reads slowly
+/// A reader that asks for `/metrics` and reads slowly
 /// kept the body it was given, and the snapshot bytes behind it, until its
 /// 30 s deadline, however many newer snapshots came; a reader per
 /// snapshot kept one superseded snapshot each.

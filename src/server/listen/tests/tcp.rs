@@ -186,7 +186,7 @@ async fn raw(addr: std::net::SocketAddr, request: &str) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
-/// Issue 43, item 4: `GET x HTTP/1.1` (a target that is not a path) was
+/// `GET x HTTP/1.1` (a target that is not a path) was
 /// reviewed for the path "" and answered as `/`, the locks page, rendered
 /// outside the page-render bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
