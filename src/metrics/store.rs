@@ -103,6 +103,16 @@ impl Drawn {
     }
 }
 
+/// A bucket holding noted keys.
+struct Noted {
+    bucket: usize,
+    /// The keys it showed and the noted ones, sorted.
+    keys: Vec<LockKey>,
+    noted: Vec<LockKey>,
+    /// Whether it showed any of the noted keys.
+    shown_before: bool,
+}
+
 /// The lines of every key, kept current from the index's changes.
 #[derive(Debug)]
 pub(super) struct Store {
@@ -267,10 +277,17 @@ impl Store {
     /// The buckets of the noted keys: the keys each showed, and the noted
     /// ones (a noted key the index no longer shows leaves the body). Each
     /// bucket reads the index a few hundred keys at a time, so writers
-    /// wait for that many, not for a bucket.
+    /// wait for that many, not for a bucket. A bucket whose noted keys it
+    /// did not show, and which still have nothing to say, is left as it
+    /// is: a TerraformCluster's label flip notes every machine that
+    /// inherits from it, and most of those are idle.
     fn render_noted(&mut self, shared: &Shared, changes: &Changes, now: SystemTime) -> Updated {
         let mut done = Updated::default();
-        for (b, keys) in self.noted_buckets(changes) {
+        for noted in self.noted_buckets(changes) {
+            if !noted.shown_before && self.all_silent(shared, &noted.noted, now) {
+                continue;
+            }
+            let keys = noted.keys;
             let mut drawn = Drawn::new(keys.len());
             for chunk in (0..keys.len()).step_by(self.sizing.keys_per_read.max(1)) {
                 let end = (chunk + self.sizing.keys_per_read.max(1)).min(keys.len());
@@ -278,9 +295,26 @@ impl Store {
             }
             done.buckets += 1;
             done.keys += keys.len();
-            self.buckets[b] = Arc::new(self.finish(&keys, drawn));
+            self.buckets[noted.bucket] = Arc::new(self.finish(&keys, drawn));
         }
         done
+    }
+
+    /// Whether none of `keys` has a line to show (never, with idle objects
+    /// shown: every known key has lines then).
+    fn all_silent(&self, shared: &Shared, keys: &[LockKey], now: SystemTime) -> bool {
+        if self.exposition.idle_objects {
+            return false;
+        }
+        let mut scratch = Vec::new();
+        keys.chunks(self.sizing.keys_per_read.max(1)).all(|chunk| {
+            shared.read(|ix| {
+                chunk.iter().all(|key| {
+                    scratch.clear();
+                    render_key(ix, key, now, self.exposition, &mut scratch).is_none()
+                })
+            })
+        })
     }
 
     /// The same, every bucket under one hold of the read lock: one view of
@@ -299,20 +333,20 @@ impl Store {
                 drawn.draw(ix, keys, 0..keys.len(), now, exposition);
                 drawn
             };
-            noted.iter().map(|(_, keys)| draw(keys)).collect()
+            noted.iter().map(|n| draw(&n.keys)).collect()
         });
         let mut done = Updated::default();
-        for ((b, keys), drawn) in noted.into_iter().zip(drawn) {
+        for (noted, drawn) in noted.into_iter().zip(drawn) {
             done.buckets += 1;
-            done.keys += keys.len();
-            self.buckets[b] = Arc::new(self.finish(&keys, drawn));
+            done.keys += noted.keys.len();
+            self.buckets[noted.bucket] = Arc::new(self.finish(&noted.keys, drawn));
         }
         done
     }
 
     /// The buckets holding noted keys, each with its keys and the noted
     /// ones, sorted.
-    fn noted_buckets(&self, changes: &Changes) -> Vec<(usize, Vec<LockKey>)> {
+    fn noted_buckets(&self, changes: &Changes) -> Vec<Noted> {
         let mut noted: BTreeMap<usize, Vec<LockKey>> = BTreeMap::new();
         for key in changes.keys() {
             let b = self.bucket_of(key);
@@ -320,11 +354,20 @@ impl Store {
         }
         noted
             .into_iter()
-            .filter_map(|(b, mut keys)| {
-                self.buckets.get(b)?.keys.unpack(&mut keys);
+            .filter_map(|(bucket, noted)| {
+                let mut keys = Vec::new();
+                self.buckets.get(bucket)?.keys.unpack(&mut keys);
+                keys.sort_unstable();
+                let shown_before = noted.iter().any(|k| keys.binary_search(k).is_ok());
+                keys.extend(noted.iter().cloned());
                 keys.sort_unstable();
                 keys.dedup();
-                Some((b, keys))
+                Some(Noted {
+                    bucket,
+                    keys,
+                    noted,
+                    shown_before,
+                })
             })
             .collect()
     }

@@ -214,6 +214,74 @@ fn buckets_are_sized_for_the_keys_that_render() {
     assert_eq!(store.update(&shared, &sink, now).buckets, 1);
 }
 
+/// A change to idle objects (a TerraformCluster's label flip notes every
+/// machine that inherits from it) renders no bucket while those objects
+/// still have nothing to say; the first of them that does is rendered.
+#[test]
+fn a_change_to_idle_objects_renders_no_bucket() {
+    let (shared, _rx) = Shared::new();
+    let sink = shared.changes();
+    let now = SystemTime::now();
+    let machine = |i: usize, label: Option<&str>| {
+        let name = format!("m{i}");
+        let key = (Kind::TerraformMachine, ObjectKey::new("ns-a", &name));
+        let mut o = crate::index::TfObject::new(Kind::TerraformMachine, &name);
+        o.cluster_label = label.map(str::to_string);
+        (key, o)
+    };
+    shared.write(|ix, now| {
+        for i in 0..400 {
+            let (key, o) = machine(i, None);
+            ix.apply(key, o, now);
+        }
+    });
+    let mut rng = Rng(5);
+    for i in 0..40 {
+        let (key, l) = lease(&mut rng, "ns-a", Kind::TerraformMachine, &format!("m{i}"));
+        shared.write(|ix, now| ix.apply(key, l, now));
+    }
+    let hash = Sizing::default().hash.clone();
+    let mut store = Store::new(
+        Exposition::default(),
+        Sizing {
+            hash: hash.clone(),
+            ..Sizing::default()
+        },
+    );
+    store.update(&shared, &sink, now);
+
+    // 300 idle machines change what they inherit: each is noted, none shows.
+    shared.write(|ix, now| {
+        for i in 100..400 {
+            let (key, o) = machine(i, Some("c1"));
+            ix.apply(key, o, now);
+        }
+    });
+    let noted = sink.lock().map(|c| c.keys().count()).unwrap_or(0);
+    assert!(noted >= 300, "the index noted the machines ({noted})");
+    assert_eq!(store.update(&shared, &sink, now).buckets, 0);
+    let a = body_of(&store, &shared);
+    let b = reference(&shared, Exposition::default(), &hash, store.bits(), now);
+    assert!(a == b, "{}", first_difference(&a, &b));
+
+    // One of them takes a lock: its bucket, and only it, is rendered.
+    let (key, l) = loop {
+        let (key, l) = lease(&mut rng, "ns-a", Kind::TerraformMachine, "m250");
+        if l.is_held() {
+            break (key, l);
+        }
+    };
+    shared.write(|ix, now| ix.apply(key, l, now));
+    assert_eq!(store.update(&shared, &sink, now).buckets, 1);
+    let a = body_of(&store, &shared);
+    let b = reference(&shared, Exposition::default(), &hash, store.bits(), now);
+    assert!(a == b, "{}", first_difference(&a, &b));
+    assert!(
+        String::from_utf8_lossy(&a).contains("name=\"m250\""),
+        "the new holder shows"
+    );
+}
+
 /// Every series of a body that appears more than once: a sample line's
 /// metric name and label set, counted.
 fn duplicate_series(body: &[u8]) -> Vec<(String, usize)> {
