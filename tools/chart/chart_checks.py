@@ -84,7 +84,8 @@ def exporter_grants(objs: list[dict[str, Any]], sa_name: str, sa_namespace: str)
 
 def check_rbac(objs: list[dict[str, Any]], values: dict[str, Any], sa_name: str) -> str:
     """The reads (get/list/watch on the contract's list, per namespace or cluster-wide), the
-    review ClusterRole when web.auth.enabled, the reader ClusterRoles, and nothing else."""
+    review ClusterRole when web.auth.enabled, the reader ClusterRoles (or with web.auth.service
+    the reader Roles in the release namespace), and nothing else."""
     namespaces = values.get("watchNamespaces") or []
     crs, crbs = by_kind(objs, "ClusterRole"), by_kind(objs, "ClusterRoleBinding")
     roles, rbs = by_kind(objs, "Role"), by_kind(objs, "RoleBinding")
@@ -93,33 +94,44 @@ def check_rbac(objs: list[dict[str, Any]], values: dict[str, Any], sa_name: str)
         return "rbac.create=false: no RBAC objects"
     fullname = one(objs, "Deployment")["metadata"]["name"]
     auth = values["web"]["auth"]["enabled"]
+    service = auth and values["web"]["auth"]["service"]
     pages = values["pagesReader"]
+    readers = {f"{fullname}-metrics-reader", f"{fullname}-pages-reader"}
+    bound_readers = set()
+    if values["metricsReader"]["serviceAccounts"]:
+        bound_readers.add(f"{fullname}-metrics-reader")
+    if pages["users"] or pages["groups"] or pages["serviceAccounts"]:
+        bound_readers.add(f"{fullname}-pages-reader")
     want_crs = set() if namespaces else {fullname}
     want_crbs = set(want_crs)
     if auth:
-        want_crs |= {f"{fullname}-auth-delegator", f"{fullname}-metrics-reader", f"{fullname}-pages-reader"}
+        want_crs.add(f"{fullname}-auth-delegator")
         want_crbs.add(f"{fullname}-auth-delegator")
-        if values["metricsReader"]["serviceAccounts"]:
-            want_crbs.add(f"{fullname}-metrics-reader")
-        if pages["users"] or pages["groups"] or pages["serviceAccounts"]:
-            want_crbs.add(f"{fullname}-pages-reader")
+        if not service:  # the readers on non-resource URLs: ClusterRoles
+            want_crs |= readers
+            want_crbs |= bound_readers
     got_crs = sorted(o["metadata"]["name"] for o in crs)
     got_crbs = sorted(o["metadata"]["name"] for o in crbs)
     expect(got_crs == sorted(want_crs), f"ClusterRoles {got_crs} != {sorted(want_crs)}")
     expect(got_crbs == sorted(want_crbs), f"ClusterRoleBindings {got_crbs} != {sorted(want_crbs)}")
+    # Roles: the reads in each watched namespace; with web.auth.service the readers (on the
+    # Service's subresources) in the release namespace.
+    want_roles = sorted([(n, fullname) for n in namespaces] + ([(NAMESPACE, n) for n in readers] if service else []))
+    want_rbs = sorted([(n, fullname) for n in namespaces] + ([(NAMESPACE, n) for n in bound_readers] if service else []))
+    got_roles = sorted((r["metadata"].get("namespace", ""), r["metadata"]["name"]) for r in roles)
+    got_rbs = sorted((b["metadata"].get("namespace", ""), b["metadata"]["name"]) for b in rbs)
+    expect(got_roles == want_roles, f"Roles (namespace, name) {got_roles} != {want_roles}")
+    expect(got_rbs == want_rbs, f"RoleBindings (namespace, name) {got_rbs} != {want_rbs}")
     by_name = {o["metadata"]["name"]: o for o in crs}
     b_by_name = {o["metadata"]["name"]: o for o in crbs}
     if not namespaces:
-        expect(not roles and not rbs, f"all namespaces, yet {len(roles)} Role(s) and {len(rbs)} RoleBinding(s)")
         pairs = [(by_name[fullname], b_by_name[fullname], "ClusterRole")]
     else:
-        expect(sorted(r["metadata"]["namespace"] for r in roles) == sorted(namespaces),
-               f"Roles in {sorted(r['metadata'].get('namespace') for r in roles)}, want {sorted(namespaces)}")
-        expect(sorted(b["metadata"]["namespace"] for b in rbs) == sorted(namespaces),
-               f"RoleBindings in {sorted(b['metadata'].get('namespace') for b in rbs)}, want {sorted(namespaces)}")
         pairs = []
         for r in roles:
-            b = [b for b in rbs if b["metadata"]["namespace"] == r["metadata"]["namespace"]][0]
+            if r["metadata"]["name"] != fullname:
+                continue
+            b = [b for b in rbs if b["metadata"]["namespace"] == r["metadata"]["namespace"] and b["metadata"]["name"] == fullname][0]
             pairs.append((r, b, "Role"))
     if auth:
         name = f"{fullname}-auth-delegator"
@@ -143,6 +155,8 @@ def check_rbac(objs: list[dict[str, Any]], values: dict[str, Any], sa_name: str)
         allowed |= {(g, res, v) for (g, res), verbs in AUTH_RULES.items() for v in verbs}
     expect(grants == allowed, f"the exporter's ServiceAccount gets extra {sorted(grants - allowed)}, lacks {sorted(allowed - grants)}")
     reviews = "; create on tokenreviews + subjectaccessreviews (ClusterRole)" if auth else "; no reviews (auth off)"
+    if service:
+        reviews += f"; reader Roles in {NAMESPACE}: {', '.join(sorted(readers))} ({len(bound_readers)} bound)"
     return f"{len(pairs) - (1 if auth else 0)} {'ClusterRole' if not namespaces else 'Role'}(s) get/list/watch, {len(RBAC_RESOURCES)} resources{reviews}"
 
 
@@ -241,6 +255,8 @@ def check_workload(objs: list[dict[str, Any]], values: dict[str, Any], merged: d
     want_args.append("--auth=" + ("kubernetes" if merged["web"]["auth"]["enabled"] else "none"))
     if merged["web"]["auth"]["enabled"] and merged["web"]["auth"]["audiences"]:
         want_args.append("--auth-audiences=" + ",".join(dict.fromkeys(merged["web"]["auth"]["audiences"])))
+    if merged["web"]["auth"]["enabled"] and merged["web"]["auth"]["service"]:
+        want_args.append(f"--auth-service={NAMESPACE}/{dep['metadata']['name']}")
     want_args += merged["extraArgs"]
     expect(c["args"] == want_args, f"args {c['args']} != {want_args}")
     sa_name = pod["serviceAccountName"]

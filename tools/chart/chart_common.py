@@ -172,6 +172,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "insecure": {"web": {"tls": {"enabled": False}, "auth": {"enabled": False}}, "networkPolicy": {"enabled": False},
                  "serviceMonitor": {"enabled": True}},
     "no-rbac": {"rbac": {"create": False}, "serviceMonitor": {"enabled": True}},
+    # Who may read with web.auth.service: get on services/metrics and services/pages of the chart's
+    # Service (--auth-service), granted by Roles in the release namespace, bound to every kind of
+    # subject; beside namespaced reads with the readers unbound; and ignored with auth off.
+    "auth-service": {"web": {"auth": {"service": True}}, "serviceMonitor": {"enabled": True},
+                     "metricsReader": {"serviceAccounts": [PROMETHEUS_SA]},
+                     "pagesReader": {"users": ["alice@example.com"], "groups": ["platform-oncall"],
+                                     "serviceAccounts": [{"name": "lock-pages-proxy", "namespace": "captf-system"}]}},
+    "auth-service-namespaced": {"web": {"auth": {"service": True}}, "watchNamespaces": ["team-a", "team-b"]},
+    "no-auth-service": {"web": {"auth": {"enabled": False, "service": True}}, "serviceMonitor": {"enabled": True}},
     "all-on": ALL_ON,
     "rules": RULES,
     "single": {"replicaCount": 1, "podDisruptionBudget": {"enabled": False}, "topologySpread": {"enabled": False}},
@@ -217,6 +226,7 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "web.auth.mode (unknown key)": {"web": {"auth": {"mode": "none"}}},
     "web.auth.audiences: a string": {"web": {"auth": {"audiences": "captf-lock-exporter"}}},
     "web.auth.audiences: a blank inside": {"web": {"auth": {"audiences": ["captf lock-exporter"]}}},
+    'web.auth.service: "yes"': {"web": {"auth": {"service": "yes"}}},
     "metricsReader.serviceAccounts: no namespace": {"metricsReader": {"serviceAccounts": [{"name": "prometheus-k8s"}]}},
     "metricsReader.serviceAccounts: a string": {"metricsReader": {"serviceAccounts": ["monitoring/prometheus-k8s"]}},
     "pagesReader.users: a string": {"pagesReader": {"users": "alice"}},

@@ -86,6 +86,14 @@ def check_web_auth(objs: list[dict[str, Any]], merged: dict[str, Any]) -> str:
     flags = [a for a in c["args"] if a.startswith("--auth=")]
     want = "--auth=kubernetes" if auth else "--auth=none"
     expect(flags == [want], f"auth flags {flags} != [{want}]")
+    # --auth-service names the chart's own Service, in the release namespace, and only with auth on.
+    svc = one(objs, "Service")["metadata"]
+    service_flags = [a for a in c["args"] if a.startswith("--auth-service")]
+    want_service = [f"--auth-service={NAMESPACE}/{_dep['metadata']['name']}"] if auth and merged["web"]["auth"]["service"] else []
+    expect(service_flags == want_service, f"--auth-service flags {service_flags} != {want_service}")
+    if want_service:
+        expect(f"{svc.get('namespace')}/{svc['name']}" == want_service[0].split("=", 1)[1],
+               f"{want_service[0]} does not name the rendered Service {svc.get('namespace')}/{svc['name']}")
     reviewers = [o for o in objs if o["kind"] in ("Role", "ClusterRole") and _grants_reviews(o)]
     if not auth:
         expect(not reviewers, f"--auth=none but {[ident(o) for o in reviewers]} grant the reviews")
@@ -98,7 +106,8 @@ def check_web_auth(objs: list[dict[str, Any]], merged: dict[str, Any]) -> str:
     sa = {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": NAMESPACE}
     bound = [b for b in by_kind(objs, "ClusterRoleBinding") if b["roleRef"]["name"] == reviewers[0]["metadata"]["name"]]
     expect(len(bound) == 1 and bound[0]["subjects"] == [sa], f"{ident(reviewers[0])} is not bound to exactly {sa}")
-    return f"--auth=kubernetes; {ident(reviewers[0])} create tokenreviews+subjectaccessreviews, bound to the exporter"
+    return (f"--auth=kubernetes{' ' + want_service[0] if want_service else ''}; "
+            f"{ident(reviewers[0])} create tokenreviews+subjectaccessreviews, bound to the exporter")
 
 
 def _reader_subjects(spec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -108,34 +117,52 @@ def _reader_subjects(spec: dict[str, Any]) -> list[dict[str, Any]]:
     return subs
 
 
+def _is_reader(o: dict[str, Any]) -> bool:
+    """A role granting a path: a non-resource URL, or a subresource of a Service (--auth-service)."""
+    return o["kind"] in ("Role", "ClusterRole") and any(
+        "nonResourceURLs" in r or any(res.startswith("services/") for res in r.get("resources", [])) for r in o["rules"])
+
+
 def check_readers(objs: list[dict[str, Any]], merged: dict[str, Any]) -> str:
     """<fullname>-metrics-reader: exactly get on /metrics, bound to metricsReader.serviceAccounts;
-    <fullname>-pages-reader: exactly get on / and /locks/*, bound to pagesReader's subjects."""
+    <fullname>-pages-reader: exactly get on / and /locks/*, bound to pagesReader's subjects.
+    ClusterRoles on non-resource URLs, or with web.auth.service Roles in the release namespace
+    on services/metrics and services/pages of the chart's Service, and then no non-resource URL."""
     fullname = one(objs, "Deployment")["metadata"]["name"]
-    non_resource = [o for o in objs if o["kind"] in ("Role", "ClusterRole") and any("nonResourceURLs" in r for r in o["rules"])]
+    reader_roles = [o for o in objs if _is_reader(o)]
     if not (merged["web"]["auth"]["enabled"] and merged["rbac"]["create"]):
-        expect(not non_resource, f"auth or RBAC off but {[ident(o) for o in non_resource]} rendered")
-        return "no reader ClusterRoles (auth or rbac.create off)"
-    notes = []
-    want_roles = {f"{fullname}-metrics-reader": (METRICS_URLS, _reader_subjects(merged["metricsReader"])),
-                  f"{fullname}-pages-reader": (PAGES_URLS, _reader_subjects(merged["pagesReader"]))}
-    expect(sorted(o["metadata"]["name"] for o in non_resource) == sorted(want_roles),
-           f"roles with nonResourceURLs {[ident(o) for o in non_resource]} != {sorted(want_roles)}")
-    for name, (urls, subjects) in want_roles.items():
-        role = [o for o in non_resource if o["metadata"]["name"] == name][0]
-        expect(role["kind"] == "ClusterRole", f"{ident(role)}: non-resource URLs need a ClusterRole")
-        expect(role["rules"] == [{"nonResourceURLs": urls, "verbs": ["get"]}],
-               f"{ident(role)} rules {role['rules']} != nonResourceURLs {urls}, verbs [get]")
+        expect(not reader_roles, f"auth or RBAC off but {[ident(o) for o in reader_roles]} rendered")
+        return "no reader roles (auth or rbac.create off)"
+    service = merged["web"]["auth"]["service"]
+    kind, ns = ("Role", NAMESPACE) if service else ("ClusterRole", "")
+    svc = one(objs, "Service")["metadata"]
+    if service:
+        expect(svc["name"] == fullname and svc.get("namespace") == NAMESPACE,
+               f"the reader Roles name Service {fullname} in {NAMESPACE}, the chart renders {svc.get('namespace')}/{svc['name']}")
+    notes = [f"{kind}s" + (f" in {ns} on services/metrics, services/pages of {fullname}" if service else " on non-resource URLs")]
+    rules = {f"{fullname}-metrics-reader": ([{"apiGroups": [""], "resources": ["services/metrics"], "resourceNames": [fullname], "verbs": ["get"]}]
+                                            if service else [{"nonResourceURLs": METRICS_URLS, "verbs": ["get"]}]),
+             f"{fullname}-pages-reader": ([{"apiGroups": [""], "resources": ["services/pages"], "resourceNames": [fullname], "verbs": ["get"]}]
+                                          if service else [{"nonResourceURLs": PAGES_URLS, "verbs": ["get"]}])}
+    subjects = {f"{fullname}-metrics-reader": _reader_subjects(merged["metricsReader"]),
+                f"{fullname}-pages-reader": _reader_subjects(merged["pagesReader"])}
+    got = sorted((o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in reader_roles)
+    want = sorted((kind, ns, name) for name in rules)
+    expect(got == want, f"reader roles (kind, namespace, name) {got} != {want}")
+    for name, want_rules in rules.items():
+        role = [o for o in reader_roles if o["metadata"]["name"] == name][0]
+        expect(role["rules"] == want_rules, f"{ident(role)} rules {role['rules']} != {want_rules}")
         bindings = [b for b in by_kind(objs, "ClusterRoleBinding") + by_kind(objs, "RoleBinding") if b["roleRef"]["name"] == name]
-        if not subjects:
+        if not subjects[name]:
             expect(not bindings, f"no subjects in values, yet {[ident(b) for b in bindings]} bind {name}")
             notes.append(f"{name} unbound")
             continue
-        expect(len(bindings) == 1 and bindings[0]["kind"] == "ClusterRoleBinding", f"{name}: bindings {[ident(b) for b in bindings]}")
+        expect(len(bindings) == 1 and bindings[0]["kind"] == f"{kind}Binding" and bindings[0]["metadata"].get("namespace", "") == ns,
+               f"{name}: bindings {[ident(b) for b in bindings]}, want one {kind}Binding" + (f" in {ns}" if ns else ""))
         b = bindings[0]
-        expect(b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}, f"{ident(b)} roleRef")
-        expect(b["subjects"] == subjects, f"{ident(b)} subjects {b['subjects']} != the values' {subjects}")
-        notes.append(f"{name} -> {', '.join(s['kind'] + ':' + s.get('namespace', '') + '/' + s['name'] for s in subjects)}")
+        expect(b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}, f"{ident(b)} roleRef {b['roleRef']}")
+        expect(b["subjects"] == subjects[name], f"{ident(b)} subjects {b['subjects']} != the values' {subjects[name]}")
+        notes.append(f"{name} -> {', '.join(s['kind'] + ':' + s.get('namespace', '') + '/' + s['name'] for s in subjects[name])}")
     return "; ".join(notes)
 
 
@@ -269,7 +296,7 @@ def check_no_peer_fails(chart_dir: Path) -> str:
 OBJECT_CHECKS: dict[str, Callable[[list[dict[str, Any]], dict[str, Any]], str]] = {
     "HTTPS, probes and the certificate Secret from web.tls": check_web_tls,
     "--auth and the review ClusterRole from web.auth": check_web_auth,
-    "metrics-reader / pages-reader ClusterRoles exact and bound as the values say": check_readers,
+    "metrics-reader / pages-reader roles (ClusterRoles, or Roles with web.auth.service) exact and bound as the values say": check_readers,
     "NetworkPolicy: the metrics port only, from the selector and the extra peers": check_network_policy,
     "ServiceMonitor scheme, bearer token and tlsConfig from web.* and serviceMonitor.*": check_service_monitor_security,
 }
@@ -332,3 +359,82 @@ def security_self_tests(objs: list[dict[str, Any]], merged: dict[str, Any], r: R
         expect(not failed, f"checks accepted broken input: {failed}")
         return f"{len(cases)} broken inputs rejected"
     r.run("self-test: the issue 23 checks reject broken input", run)
+
+
+def auth_service_self_tests(objs: list[dict[str, Any]], merged: dict[str, Any],
+                            off_objs: list[dict[str, Any]], off_merged: dict[str, Any], r: Runner) -> None:
+    """The web.auth.service checks must reject a broken render (objs/merged: web.auth.service with every
+    reader bound; off_objs/off_merged: web.auth.service with web.auth.enabled false)."""
+    def must_fail(fn: Callable[[], Any]) -> bool:
+        try:
+            fn()
+        except Fail:
+            return True
+        return False
+
+    def mutate(f: Callable[[list[dict[str, Any]]], None], base: list[dict[str, Any]] = objs) -> list[dict[str, Any]]:
+        o = copy.deepcopy(base)
+        f(o)
+        return o
+
+    def args(o: list[dict[str, Any]]) -> list[str]:
+        return _container(o)[2]["args"]
+
+    def flag_at(o: list[dict[str, Any]]) -> int:
+        return [i for i, a in enumerate(args(o)) if a.startswith("--auth-service=")][0]
+
+    def named(o: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
+        return [x for x in by_kind(o, kind) if x["metadata"]["name"].endswith(suffix)][0]
+
+    def to_cluster_role(o: list[dict[str, Any]]) -> None:
+        role = named(o, "Role", "-metrics-reader")
+        role["kind"] = "ClusterRole"
+        role["metadata"].pop("namespace")
+        b = named(o, "RoleBinding", "-metrics-reader")
+        b["kind"] = "ClusterRoleBinding"
+        b["metadata"].pop("namespace")
+        b["roleRef"]["kind"] = "ClusterRole"
+
+    def run() -> str:
+        sa = _container(objs)[1]["serviceAccountName"]
+        for fn in OBJECT_CHECKS.values():
+            fn(objs, merged)  # the unbroken renders must pass, or the cases prove nothing
+            fn(off_objs, off_merged)
+        check_rbac(objs, merged, sa)
+        fullname = one(objs, "Deployment")["metadata"]["name"]
+        url_reader = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                      "metadata": {"name": f"{fullname}-url-reader"}, "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]}
+        cases: dict[str, Callable[[], Any]] = {
+            "--auth-service left out": lambda: check_web_auth(mutate(lambda o: args(o).pop(flag_at(o))), merged),
+            "--auth-service in another namespace": lambda: check_web_auth(mutate(lambda o: args(o).__setitem__(
+                flag_at(o), f"--auth-service=default/{fullname}")), merged),
+            "--auth-service naming another Service": lambda: check_web_auth(mutate(lambda o: args(o).__setitem__(
+                flag_at(o), f"--auth-service={NAMESPACE}/kubernetes")), merged),
+            "--auth-service with web.auth.enabled false": lambda: check_web_auth(mutate(
+                lambda o: args(o).append(f"--auth-service={NAMESPACE}/{fullname}"), off_objs), off_merged),
+            "metrics-reader on another Service": lambda: check_readers(mutate(lambda o: named(o, "Role", "-metrics-reader")["rules"][0].update(
+                resourceNames=["kubernetes"])), merged),
+            "metrics-reader on every Service": lambda: check_readers(mutate(lambda o: named(o, "Role", "-metrics-reader")["rules"][0].pop(
+                "resourceNames")), merged),
+            "metrics-reader on services/proxy": lambda: check_readers(mutate(lambda o: named(o, "Role", "-metrics-reader")["rules"][0].update(
+                resources=["services/proxy"])), merged),
+            "pages-reader verb list": lambda: check_readers(mutate(lambda o: named(o, "Role", "-pages-reader")["rules"][0]["verbs"].append(
+                "list")), merged),
+            "metrics-reader a ClusterRole": lambda: check_readers(mutate(to_cluster_role), merged),
+            "metrics-reader Role in another namespace": lambda: check_readers(mutate(lambda o: named(o, "Role", "-metrics-reader")["metadata"].update(
+                namespace="default")), merged),
+            "metrics-reader bound to someone else": lambda: check_readers(mutate(lambda o: named(o, "RoleBinding", "-metrics-reader")["subjects"][0].update(
+                name="default")), merged),
+            "pages-reader RoleBinding in another namespace": lambda: check_readers(mutate(lambda o: named(o, "RoleBinding", "-pages-reader")["metadata"].update(
+                namespace="default")), merged),
+            "a non-resource-URL reader ClusterRole beside": lambda: check_readers(mutate(lambda o: o.append(copy.deepcopy(url_reader))), merged),
+            "a non-resource-URL reader ClusterRole beside (RBAC)": lambda: check_rbac(mutate(lambda o: o.append(copy.deepcopy(url_reader))), merged, sa),
+            "auth-delegator ClusterRole gone": lambda: check_rbac(mutate(lambda o: o.remove(named(o, "ClusterRole", "-auth-delegator"))), merged, sa),
+            "auth-delegator ClusterRole gone (auth)": lambda: check_web_auth(mutate(lambda o: o.remove(named(o, "ClusterRole", "-auth-delegator"))), merged),
+            "exporter bound to pages-reader": lambda: check_rbac(mutate(lambda o: named(o, "RoleBinding", "-pages-reader")["subjects"].append(
+                {"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE})), merged, sa),
+        }
+        failed = [n for n, fn in cases.items() if not must_fail(fn)]
+        expect(not failed, f"checks accepted broken input: {failed}")
+        return f"{len(cases)} broken inputs rejected"
+    r.run("self-test: the web.auth.service checks reject broken input", run)

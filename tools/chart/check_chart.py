@@ -72,6 +72,7 @@ from chart_security import (
     OBJECT_CHECKS,
     check_no_peer_fails,
     check_notes,
+    auth_service_self_tests,
     check_secure_defaults,
     security_self_tests,
 )
@@ -139,7 +140,8 @@ def main() -> int:
     r.run("helm lint (v4 engine) default values", lambda: lint({}, charts.real))
     r.run("helm lint (v4 engine) all toggles on", lambda: lint(copy.deepcopy(ALL_ON), charts.with_sources))
     for name in ("monitored", "tls-secret", "ca-configmap", "plain-http", "no-auth", "insecure", "no-rbac", "namespaced",
-                 "cert-manager", "cert-manager-ca", "cert-manager-issuer", "self-signed-insecure", "tls-passthrough"):
+                 "cert-manager", "cert-manager-ca", "cert-manager-issuer", "self-signed-insecure", "tls-passthrough",
+                 "auth-service", "auth-service-namespaced", "no-auth-service"):
         r.run(f"helm lint (v4 engine) [{name}]", lambda name=name: lint(copy.deepcopy(VARIANTS[name]), charts.real))
 
     # Renders.
@@ -304,7 +306,7 @@ def main() -> int:
         expect(sorted(map(unrandom, objs3), key=key) == sorted(map(unrandom, objs), key=key),
                "helm 3.6.2 renders different objects than the v4 engine")
         return "lint --strict clean, same objects as the v4 engine"
-    for name in ("default", "all-on-fixtures" if "all-on-fixtures" in rendered else "all-on", "namespaced", "tls-secret"):
+    for name in ("default", "all-on-fixtures" if "all-on-fixtures" in rendered else "all-on", "namespaced", "tls-secret", "auth-service"):
         if name in rendered:
             r.run(f"[{name}] second opinion: helm 3.6.2 binary", lambda name=name: helm3_check(name))
 
@@ -338,6 +340,9 @@ def main() -> int:
     r.run("networkPolicy with no ingress peer fails the install", lambda: check_no_peer_fails(charts.real))
     if "tls-secret" in rendered:
         security_self_tests(rendered["tls-secret"][0], rendered["tls-secret"][1], r)
+    if "auth-service" in rendered and "no-auth-service" in rendered:
+        auth_service_self_tests(rendered["auth-service"][0], rendered["auth-service"][1],
+                                rendered["no-auth-service"][0], rendered["no-auth-service"][1], r)
 
     if args.keep:
         print(f"rendered files kept in {tmp}")
