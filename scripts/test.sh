@@ -137,7 +137,7 @@ stage_realkube() {
   echo "control plane binaries ready after $((SECONDS - start)) s of waiting in this stage"
   cargo build --release --locked || return 1
   # The oldest minor Cluster API supports for a management cluster (docs/decisions/kube-versions.md):
-  # the classes, RBAC, paging / watch-list and restart tests again on it, beside the newest's whole
+  # the classes, RBAC (the --auth-service reader Roles too), paging / watch-list and restart tests again on it, beside the newest's whole
   # suite. Each run has its own control plane on free ports and its own pytest directory; both
   # spend most of their time waiting (hangs, quiet windows, restarts), so on two cores the two
   # together take about as long as the newest's alone (CI time: docs/decisions/ci-time.md).
@@ -145,7 +145,7 @@ stage_realkube() {
   CAPTF_KUBE=old EXPORTER_BIN="$ROOT/target/release/captf-lock-exporter" \
     REALKUBE_REPORT="$ROOT/target/realkube-report-old.json" \
     python3 -m pytest -q --basetemp "$ROOT/target/pytest-realkube-old" \
-    tests/realkube/test_classes.py tests/realkube/test_rbac.py tests/realkube/test_watch.py \
+    tests/realkube/test_classes.py tests/realkube/test_rbac.py tests/realkube/test_auth_service.py tests/realkube/test_watch.py \
     >"$old_log" 2>&1 &
   local old_pid=$! new_rc=0 old_rc=0
   EXPORTER_BIN="$ROOT/target/release/captf-lock-exporter" \
