@@ -94,9 +94,7 @@ impl Index {
             Some(pod) => self.locks.link(key, pod),
             None => self.locks.unlink(key),
         }
-        if let Some(lock) = self.locks.get_mut(key) {
-            lock.state.class = new_class;
-        }
+        self.locks.set_class(key, new_class);
         self.schedule_overdue(key, now);
         self.review_verdict(key, now);
         self.review_node_lost(key, now);

@@ -267,16 +267,7 @@ impl Index {
 
     /// Number of held locks per class.
     pub fn held_per_class(&self) -> [(HolderClass, u64); 5] {
-        let mut out = HolderClass::ALL.map(|c| (c, 0u64));
-        // Only a held lock has a class.
-        for (_, lock) in self.locks.held() {
-            if let Some(class) = lock.state.class {
-                if let Some(slot) = out.iter_mut().find(|(c, _)| *c == class) {
-                    slot.1 += 1;
-                }
-            }
-        }
-        out
+        self.locks.held_per_class()
     }
 
     /// Number of lock Leases, objects and cached pods (for the status page).

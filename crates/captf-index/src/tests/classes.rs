@@ -331,3 +331,31 @@ fn no_class_change_is_recorded_until_the_start_ends() {
     assert_eq!(fx.class_changes.len(), 1, "{fx:?}");
     assert_eq!(fx.class_changes[0].from, Some(HolderClass::Foreign));
 }
+
+/// The per-class counts are kept as locks come, go and change class: after
+/// every random change they equal a count of the held locks' classes.
+#[test]
+fn the_per_class_counts_follow_every_change() {
+    use crate::fixtures::random::{change, Rng};
+    let mut ix = Index::new();
+    let mut rng = Rng(17);
+    let now = t0();
+    let later = now + Duration::from_secs(3600);
+    for step in 0..3000 {
+        change(&mut rng, &mut ix, now, later);
+        let mut counted = HolderClass::ALL.map(|c| (c, 0u64));
+        for (_, lock) in ix.locks.held() {
+            if let Some(class) = lock.state.class {
+                if let Some(slot) = counted.iter_mut().find(|(c, _)| *c == class) {
+                    slot.1 += 1;
+                }
+            }
+        }
+        assert_eq!(ix.held_per_class(), counted, "after change {step}");
+    }
+    assert!(
+        ix.held_per_class().iter().filter(|(_, n)| *n > 0).count() >= 2,
+        "the changes reached several classes: {:?}",
+        ix.held_per_class()
+    );
+}
