@@ -23,13 +23,13 @@ import datetime as dt
 import threading
 import time
 import uuid
-import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import requests
-import urllib3
 from prometheus_client.parser import text_string_to_metric_families
+from requests.adapters import HTTPAdapter
 
 from pykit.builders import lock_lease, pod, runner_pod_name, terraform_object
 from pykit.controlplane import Kube
@@ -237,27 +237,39 @@ class Lost:
 Sample = tuple[str, dict[str, str], float]
 
 
-class Replicas:
-    """Each Ready replica's ``/metrics``, read from the node with a token of Prometheus' own
-    ServiceAccount (the release's metrics reader). Not verified: the certificate names the Service,
-    not the pod's address, and what is measured here is when, not whether."""
+class _ServerName(HTTPAdapter):
+    """Connects to a pod's address but sends, and checks the certificate for, ``name``: what
+    Prometheus does with the ServiceMonitor's serverName."""
 
-    def __init__(self, addresses: Callable[[], list[str]], token: str):
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__()
+
+    def init_poolmanager(self, *args: Any, **kw: Any) -> None:
+        kw["server_hostname"] = self.name
+        super().init_poolmanager(*args, **kw)
+
+
+class Replicas:
+    """Each Ready replica's ``/metrics``, read from the node as Prometheus reads it: HTTPS verified
+    against the release's CA for the Service's name, with a token of Prometheus' own ServiceAccount
+    (the release's metrics reader)."""
+
+    def __init__(self, addresses: Callable[[], list[str]], token: str, ca_file: Path, server_name: str):
         self.addresses = addresses
         self.http = requests.Session()
-        self.http.verify = False
+        self.http.verify = str(ca_file)
         self.http.trust_env = False  # REQUESTS_CA_BUNDLE in the environment would replace verify
+        self.http.mount("https://", _ServerName(server_name))
         self.http.headers["Authorization"] = f"Bearer {token}"
 
     def scrape(self) -> list[list[Sample]]:
         out = []
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-            for ip in self.addresses():
-                r = self.http.get(f"https://{ip}:9820/metrics", timeout=5, headers={"Accept": "text/plain; version=0.0.4"})
-                r.raise_for_status()
-                out.append([(x.name, dict(x.labels), float(x.value))
-                            for fam in text_string_to_metric_families(r.text) for x in fam.samples])
+        for ip in self.addresses():
+            r = self.http.get(f"https://{ip}:9820/metrics", timeout=5, headers={"Accept": "text/plain; version=0.0.4"})
+            r.raise_for_status()
+            out.append([(x.name, dict(x.labels), float(x.value))
+                        for fam in text_string_to_metric_families(r.text) for x in fam.samples])
         return out
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ from conftest import KPS_RELEASE, PROMETHEUS_SA, REPORT, Monitoring, Webhook
 from lost_node import LOST, Monitor, Replicas, Scenario
 from lost_node import NS as LOST_NS
 from release import (FULLNAME, NS, RELEASE, SELECTOR, SERVER_NAME, STATE, exporter_targets, ready_pods, scrape_job,
-                     values, write_values)
+                     tls_secret, values, write_values)
 from pykit.builders import force_unlock_event, job_name, lock_lease, now_utc, terraform_object
 from pykit.controlplane import ROOT, audit_time
 from pykit.net import wait_for
@@ -117,7 +117,9 @@ def test_runners_on_two_more_nodes_hold_locks_then_their_kubelets_stop(node: Nod
         # must never receive a request
         return [p["status"]["podIP"] for p in ready_pods(node)
                 if any(o["kind"] == "ReplicaSet" for o in p["metadata"].get("ownerReferences", []))]
-    replicas = Replicas(replica_ips, node.kube.token("monitoring", PROMETHEUS_SA))
+    ca = node.w / "release-ca.crt"  # the CA the rotation keeps (test_node_2_tls.py checks it does)
+    ca.write_bytes(tls_secret(node)["ca.crt"])
+    replicas = Replicas(replica_ips, node.kube.token("monitoring", PROMETHEUS_SA), ca, SERVER_NAME)
     scraped = replicas.scrape()
     assert len(scraped) == 2, len(scraped)
     for samples in scraped:
