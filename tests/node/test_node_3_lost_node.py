@@ -15,6 +15,7 @@ kept the first time each thing was seen; the figures are measured from when the 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import threading
@@ -54,6 +55,17 @@ def seen(sc: Scenario, case: Lost, what: str, until: float, why: str) -> float:
 def since_stop(case: Lost, what: str) -> float:
     assert case.kubelet.stopped_at is not None
     return round(case.seen[what] - case.kubelet.stopped_at, 1)
+
+
+def iso_epoch(s: str) -> float | None:
+    """A UTC RFC 3339 time with or without a fraction (Alertmanager writes nanoseconds); None for
+    another form (the figure is reported, not judged)."""
+    head, _, frac = s.removesuffix("Z").partition(".")
+    try:
+        t = dt.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        return None
+    return t + (float("0." + frac[:6]) if frac[:6].isdigit() else 0.0)
 
 
 def one_series(case: Lost) -> dict[str, Any]:
@@ -111,13 +123,17 @@ def test_a_lost_node_is_unknown_and_tainted_and_its_runners_lock_pages_once(node
     # not before the grace: the controller waited 50 s from the last heartbeat it saw
     assert went >= last_renew + GRACE_S - 1, (ready, last_renew)
     seen(sc, case, "unreachable_taint", stop + GRACE_S + 240, "the unreachable NoExecute taint")
+    (taint,) = [t for t in taints(node.kube.get_obj("nodes", None, case.node))
+                if t["key"] == UNREACHABLE and t["effect"] == "NoExecute"]
+    taint_at = epoch(taint["timeAdded"])
     seen(sc, case, "exporter_series", went + 60, "the node-lost series on a replica")
     # the evidence began when the controller marked the node, not when the exporter looked
     labels = replicas_series(case, went)
     want = {"namespace": NS, "kind": M, "name": case.obj, "node": case.node, "reason": "node_unreachable"}
     assert labels == want, labels
-    assert case.seen["exporter_series"] - case.seen["unknown"] <= 30, \
-        "the series more than 30 s after the node turned Unknown"
+    # the monitor's first sighting is an upper bound (it samples every second, and can be held up);
+    # the transition time has whole seconds
+    assert case.seen["exporter_series"] - went <= 31, "the series more than 30 s after the node turned Unknown"
     # and in Prometheus (one scrape interval of the ServiceMonitor, 30 s, later at most)
     seen(sc, case, "series", went + 120, "the node-lost series in Prometheus")
     s = one_series(case)
@@ -127,6 +143,8 @@ def test_a_lost_node_is_unknown_and_tainted_and_its_runners_lock_pages_once(node
     seen(sc, case, "pod_deleting", went + 180, "the runner deleted by the taint eviction controller")
     dis = case.values["pod_deleting"]["disruption"]
     assert dis and dis["reason"] == "DeletionByTaintManager", case.values["pod_deleting"]
+    evicted_at = epoch(dis["lastTransitionTime"])
+    assert evicted_at >= taint_at + 10 - 1, (dis, taint)  # not before the 10 s toleration ended
     p = node.kube.get_obj("pods", NS, case.pod)
     assert p["metadata"].get("deletionTimestamp") and p["status"]["phase"] == "Running", p["status"]
     # CAPTF counts a terminating pod as alive: the class stays own_live beside the evidence
@@ -148,17 +166,18 @@ def test_a_lost_node_is_unknown_and_tainted_and_its_runners_lock_pages_once(node
     # the scheduler never used the imitated node: only the runner the test bound there
     bound = [x["metadata"]["name"] for x in node.kube.list("pods", None, fieldSelector=f"spec.nodeName={case.node}")["items"]]
     assert bound == [case.pod], bound
+    # the times the objects carry (whole seconds), and the monitor's sightings (upper bounds)
     REPORT["lost_node"] = {
         "node_monitor_grace_period_s": GRACE_S,
         "last_heartbeat_to_kubelet_stop_s": round(stop - last_renew, 1),
-        "kubelet_stop_to_unknown_s": since_stop(case, "unknown"),
-        "kubelet_stop_to_unreachable_taint_s": since_stop(case, "unreachable_taint"),
-        "kubelet_stop_to_series_on_a_replica_s": since_stop(case, "exporter_series"),
-        "unknown_to_series_on_a_replica_s": round(case.seen["exporter_series"] - case.seen["unknown"], 1),
-        "unknown_to_series_in_prometheus_s": round(case.seen["series"] - case.seen["unknown"], 1),
-        "kubelet_stop_to_pod_deleted_by_taint_eviction_s": since_stop(case, "pod_deleting"),
-        "kubelet_stop_to_alert_at_webhook_s": since_stop(case, "alert"),
-        "unknown_transition_to_alert_at_webhook_s": round(paged_at - went, 1),
+        "kubelet_stop_to_unknown_transition_s": round(went - stop, 1),
+        "kubelet_stop_to_unreachable_taint_added_s": round(taint_at - stop, 1),
+        "kubelet_stop_to_runner_evicted_s": round(evicted_at - stop, 1),
+        "unknown_transition_to_series_on_a_replica_at_most_s": round(case.seen["exporter_series"] - went, 1),
+        "unknown_transition_to_series_in_prometheus_at_most_s": round(case.seen["series"] - went, 1),
+        "unknown_transition_to_alert_starts_at_s": round(firing - went, 1) if (firing := iso_epoch(a["startsAt"])) else None,
+        "unknown_transition_to_alert_at_webhook_at_most_s": round(paged_at - went, 1),
+        "kubelet_stop_to_alert_at_webhook_at_most_s": since_stop(case, "alert"),
     }
 
 
@@ -254,8 +273,7 @@ def test_the_node_ready_again_clears_the_series(node: Node, monitoring: Monitori
     seen(sc, case, "exporter_series", went + 60, "the node-lost series on a replica")
     labels = replicas_series(case, went)
     assert labels["node"] == case.node and labels["reason"] == "node_unreachable", labels
-    assert case.seen["exporter_series"] - case.seen["unknown"] <= 30, \
-        "the series more than 30 s after the node turned Unknown"
+    assert case.seen["exporter_series"] - went <= 31, "the series more than 30 s after the node turned Unknown"
     seen(sc, case, "series", went + 120, "the node-lost series in Prometheus")
     # its runner tolerates the unreachable taint for an hour: still there, not terminating
     p = node.kube.get_obj("pods", NS, case.pod)
@@ -272,11 +290,11 @@ def test_the_node_ready_again_clears_the_series(node: Node, monitoring: Monitori
     assert klass == {"own_live"}, klass
     assert node.kube.get(f"/api/v1/namespaces/{NS}/pods/{case.pod}").status_code == 200
     REPORT["lost_node_back"] = {
-        "kubelet_stop_to_unknown_s": since_stop(case, "unknown"),
-        "unknown_to_series_on_a_replica_s": round(case.seen["exporter_series"] - case.seen["unknown"], 1),
-        "unknown_to_series_in_prometheus_s": round(case.seen["series"] - case.seen["unknown"], 1),
-        "ready_posted_to_series_gone_from_both_replicas_s": round(case.seen["exporter_series_gone"] - back, 1),
-        "ready_posted_to_series_gone_in_prometheus_s": round(case.seen["series_gone"] - back, 1),
-        "ready_posted_to_unreachable_taint_removed_s": round(case.seen["unreachable_taint_removed"] - back, 1),
-        "lost_for_s": round(back - case.seen["unknown"], 1),
+        "kubelet_stop_to_unknown_transition_s": round(went - stop, 1),
+        "unknown_transition_to_series_on_a_replica_at_most_s": round(case.seen["exporter_series"] - went, 1),
+        "unknown_transition_to_series_in_prometheus_at_most_s": round(case.seen["series"] - went, 1),
+        "ready_posted_to_series_gone_from_both_replicas_at_most_s": round(case.seen["exporter_series_gone"] - back, 1),
+        "ready_posted_to_series_gone_in_prometheus_at_most_s": round(case.seen["series_gone"] - back, 1),
+        "ready_posted_to_unreachable_taint_removed_at_most_s": round(case.seen["unreachable_taint_removed"] - back, 1),
+        "lost_for_s": round(back - went, 1),
     }
