@@ -98,7 +98,9 @@ def test_every_class_on_metrics(pod: Pod, kube: Kube) -> None:
     ns = "image-classes"
     kube.namespace(ns)
     facts = build_class_scenario(kube, ns)
-    m = wait_samples(pod, class_expectations(ns), 60, "every lock classified through the container")
+    # run with the chart's arguments: idle objects have no series
+    m = wait_samples(pod, class_expectations(ns, idle_objects=False), 60,
+                     "every lock classified through the container")
     assert len(m.all("captf_state_lock_info", namespace=ns)) == len(EXPECTED_CLASSES)
     assert m.labels("captf_state_lock_info", namespace=ns, kind=M, name="foreign")["lock_id"] == \
         facts["foreign_info"]["ID"]
