@@ -5,11 +5,20 @@ every script under tools/ can import it (``sys.path`` gets tools/ first)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
+
+try:  # the asyncio scripts use aiohttp; its errors are then retried like a refused connection
+    import aiohttp
+    RETRIED: tuple[type[BaseException], ...] = (aiohttp.ClientError, OSError, asyncio.TimeoutError)
+except ImportError:
+    RETRIED = (OSError, asyncio.TimeoutError)
 
 #: every process started and not stopped yet, in start order
 PROCS: list[subprocess.Popen] = []
@@ -52,6 +61,31 @@ def stop_all() -> None:
     for p in reversed(list(PROCS)):
         stop(p)
     PROCS.clear()
+
+
+def stop_all_on_signals() -> None:
+    """SIGTERM and SIGINT stop every process started here, then exit with 128 + the signal."""
+    def on_signal(signum, _frame):
+        stop_all()
+        sys.exit(128 + signum)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
+async def wait_for(pred, timeout: float, what: str, interval: float = 0.05):
+    """Polls the (async) predicate until it returns a truthy value, or fails after ``timeout``
+    seconds naming ``what`` and the last error (connection errors are retried)."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            v = await pred()
+            if v:
+                return v
+        except RETRIED as e:
+            last = e
+        await asyncio.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last})")
 
 
 def free_port() -> int:

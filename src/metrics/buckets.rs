@@ -16,10 +16,10 @@ pub(super) const KEYS_PER_BUCKET: usize = 1024;
 /// The fewest buckets (as a power of two): small fleets keep 16.
 pub(super) const MIN_BITS: u32 = 4;
 
-/// Most text kept plain. Past it (about 200k objects) a bucket keeps only
-/// its compressed form and a plain scrape inflates it while sending: at
-/// 100k objects the text is about 61 MB, kept plain so that a plain scrape
-/// costs what sending it does (docs/decisions/flat-cost.md).
+/// Most text kept plain. Past it a bucket keeps only its compressed form
+/// and a plain scrape inflates it while sending; below it a plain scrape
+/// costs what sending it does (the fleet sizes this covers:
+/// docs/decisions/flat-cost.md).
 pub(super) const PLAIN_KEPT_UP_TO: usize = 128 * 1024 * 1024;
 
 /// Keys rendered under one hold of the index's read lock.

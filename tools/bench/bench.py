@@ -29,10 +29,7 @@ import platform
 import random
 import re
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,7 +42,8 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the shared procs module
-from procs import exporter_env, free_port, start, stop, stop_all, write_fake_kubeconfig  # noqa: E402
+from procs import (exporter_env, free_port, start, stop, stop_all, stop_all_on_signals,  # noqa: E402
+                   wait_for, write_fake_kubeconfig)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_report import details, figures, fleet_label, table  # noqa: E402
@@ -72,31 +70,7 @@ def log(*a: object) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Processes: started here, stopped here by PID (also on failure and on SIGINT/SIGTERM)
-# ------------------------------------------------------------------------------------------------
-
-def _on_signal(signum, _frame):
-    stop_all()
-    sys.exit(128 + signum)
-
-
-async def wait_for(pred, timeout: float, what: str, interval: float = 0.02):
-    """Polls the (async) predicate until it returns a truthy value, or fails after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            v = await pred()
-            if v:
-                return v
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
-            last = e
-        await asyncio.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last})")
-
-
-# ------------------------------------------------------------------------------------------------
-# /proc
+# /proc (the processes themselves are started and stopped by tools/procs.py)
 # ------------------------------------------------------------------------------------------------
 
 def status_kib(pid: int, key: str) -> int:
@@ -461,7 +435,7 @@ async def run_size(args, n: int, workdir: Path, with_prometheus: bool, binary: s
             async with session.get(base + "/readyz") as r:
                 await r.read()
                 return r.status == 200
-        await wait_for(ready, mode.start_timeout, "the exporter's /readyz to answer 200")
+        await wait_for(ready, mode.start_timeout, "the exporter's /readyz to answer 200", interval=0.02)
         t_ready = time.perf_counter()
         res["ready_s"] = t_ready - t_start
         res["ready_cpu_s"] = cpu_seconds(pid)
@@ -764,8 +738,7 @@ async def main() -> int:
         exporters.append((name, path))
     if len({name for name, _ in exporters}) != len(exporters):
         ap.error("--exporter: give each binary its own NAME (NAME=PATH)")
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    stop_all_on_signals()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="captf-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"logs in {workdir}")

@@ -40,7 +40,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -52,7 +51,8 @@ import aiohttp
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(HERE.parents[1]))  # tools/: the shared procs module
-from procs import exporter_env, free_port, start, stop, stop_all, write_fake_kubeconfig  # noqa: E402
+from procs import (exporter_env, free_port, start, stop, stop_all, stop_all_on_signals,  # noqa: E402
+                   wait_for, write_fake_kubeconfig)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MiB = 1024 * 1024
@@ -77,20 +77,6 @@ def rss_mib(pid: int, key: str = "VmRSS") -> float:
             if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024
     return 0.0
-
-
-async def wait_for(pred, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            v = await pred()
-            if v:
-                return v
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
-            last = e
-        await asyncio.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last})")
 
 
 def prometheus_binary(given: str) -> str:
@@ -326,8 +312,7 @@ async def main() -> int:
         exporters.append((name, [path] + words[1:]))
     if len({n for n, _ in exporters}) != len(exporters):
         ap.error("--exporter: give each binary its own NAME (NAME=PATH)")
-    signal.signal(signal.SIGTERM, lambda s, _f: (stop_all(), sys.exit(128 + s)))
-    signal.signal(signal.SIGINT, lambda s, _f: (stop_all(), sys.exit(128 + s)))
+    stop_all_on_signals()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="captf-promcost-"))
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"logs in {workdir}")

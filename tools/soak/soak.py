@@ -45,8 +45,6 @@ import os
 import platform
 import random
 import re
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -59,7 +57,8 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the shared procs module
-from procs import exporter_env, free_port, start, stop, stop_all, write_fake_kubeconfig  # noqa: E402
+from procs import (exporter_env, free_port, start, stop_all, stop_all_on_signals,  # noqa: E402
+                   wait_for, write_fake_kubeconfig)
 
 PROM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
                "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
@@ -76,28 +75,8 @@ def out(line: str = "") -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Processes: started here, stopped here by PID (also on failure and on SIGINT/SIGTERM)
+# /proc (the processes themselves are started and stopped by tools/procs.py)
 # ------------------------------------------------------------------------------------------------
-
-def _on_signal(signum, _frame):
-    stop_all()
-    sys.exit(128 + signum)
-
-
-async def wait_for(pred, timeout: float, what: str, interval: float = 0.05):
-    """Polls the (async) predicate until it returns a truthy value, or fails after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            v = await pred()
-            if v:
-                return v
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
-            last = e
-        await asyncio.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what} (last error: {last})")
-
 
 def rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
@@ -753,8 +732,7 @@ def main() -> int:
     args = ap.parse_args()
     if not args.warmup_minutes:
         args.warmup_minutes = 5 if args.minutes >= 10 else 1
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    stop_all_on_signals()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="captf-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"logs in {workdir}")

@@ -66,8 +66,8 @@ impl Config {
     ///
     /// 30 s per response is three times Prometheus' default scrape timeout
     /// (a scraper has hung up long before) and lets even the uncompressed
-    /// 47 MB exposition of 100k objects through at 1.6 MB/s, far below any
-    /// in-cluster link; it bounds how long a reader that stopped reading
+    /// exposition of a large fleet through on a slow in-cluster link
+    /// (docs/performance.md has the sizes); it bounds how long a reader that stopped reading
     /// keeps its slot and the body it pins. Four page renders at once are
     /// plenty for people; each reads the index a few locks at a time on a
     /// blocking thread and renders with no lock, so more would only take
