@@ -11,6 +11,11 @@ Session fixtures, built once and shared by the tests of test_node.py (which run 
                and scrapes as ServiceAccount kube-prometheus-stack-prometheus, as a
                kube-prometheus-stack release of that name does
   cert_manager cert-manager's CRDs and controller (started on first use)
+  lost_nodes   two more Nodes, lost-1 and lost-2, whose kubelets the test imitates (registration,
+               status, heartbeat Leases: tests/node/lost_node.py), registered before the release
+               is installed; test_node.py stops their heartbeats right after the install, so the
+               real node lifecycle controller's 50 s grace and the alert's 300 s + 1m run while
+               the other tests do, and test_node_3_lost_node.py checks what followed
 Needs root (the kubelet, containerd, iptables, ipset). Figures go to target/node-report.json.
 """
 
@@ -34,6 +39,7 @@ from pykit.node import Node, node_binaries
 from pykit.node_images import exporter_image, static_image
 
 from addons import CertManager, KubeRouter
+from lost_node import ImitatedKubelet, Lost, Scenario
 
 OPERATOR_VERSION = "v0.85.0"
 #: kube-prometheus-stack installed as release "kube-prometheus-stack": its Prometheus selects
@@ -298,3 +304,34 @@ def cert_manager(node: Node) -> Iterator[CertManager]:
     cm.start()
     REPORT["cert_manager_started_s"] = round(time.monotonic() - t0, 1)
     yield cm
+
+
+@pytest.fixture(scope="session")
+def lost_nodes(node: Node) -> Iterator[Scenario]:
+    """lost-1 (its runner tolerates the unreachable taint 10 s: evicted, then terminating for good)
+    and lost-2 (its runner tolerates it an hour: still running when the node comes back), each
+    Ready with a kubelet's heartbeats from now on. Their addresses are from TEST-NET-2 (this
+    machine's are TEST-NET-1): nothing answers there, and nothing in the stage tries."""
+    t0 = time.monotonic()
+    kubelets = [ImitatedKubelet(node, "lost-1", "198.51.100.11"), ImitatedKubelet(node, "lost-2", "198.51.100.12")]
+    sc = Scenario(node, Lost(kubelets[0], "runner-on-lost-1", 10), Lost(kubelets[1], "runner-on-lost-2", 3600))
+    try:
+        for k in kubelets:
+            k.register()
+            k.start()
+        for k in kubelets:
+            # the node lifecycle controller took the node in: Ready, and none of the taints it sets
+            # on a node that is not
+            def taken_in(name: str = k.name) -> bool:
+                n = node.kube.get_obj("nodes", None, name)
+                ready = [c for c in n["status"].get("conditions", []) if c["type"] == "Ready"]
+                keys = {t["key"] for t in n["spec"].get("taints", [])}
+                return bool(ready) and ready[0]["status"] == "True" and not keys & {
+                    "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+            wait_for(taken_in, 60, f"imitated node {k.name} Ready", interval=0.5)
+    except BaseException:
+        sc.close()
+        raise
+    REPORT["lost_nodes_registered_s"] = round(time.monotonic() - t0, 1)
+    yield sc
+    sc.close()

@@ -5,9 +5,10 @@ its `release` label), turns the chart's ServiceMonitor and PrometheusRule into a
 scrapes them over TLS it verifies and an Alertmanager that delivers the pages. kube-router's network
 policy controller enforces the chart's NetworkPolicy.
 
-The tests share one cluster and one release and run in file order: install, scrape (verified),
+The tests share one cluster and one release and run in file order: install, runners on two
+imitated nodes whose kubelets then stop (test_node_3_lost_node.py checks what followed), scrape (verified),
 the policy (ingress, egress), alerts, rollout, an impostor, a certificate rotation, sidecar, the
-token the kubelet projected, the down alert with both replicas gone, cert-manager's mode under a
+token the kubelet projected, the lost nodes' page, fix and return, the down alert with both replicas gone, cert-manager's mode under a
 second release with fullnameOverride, upgrade and uninstall.
 """
 
@@ -23,8 +24,10 @@ import yaml
 
 from addons import connect_from_pod, pause_pod
 from conftest import KPS_RELEASE, PROMETHEUS_SA, REPORT, Monitoring, Webhook
+from lost_node import LOST, Monitor, Replicas, Scenario
+from lost_node import NS as LOST_NS
 from release import (FULLNAME, NS, RELEASE, SELECTOR, SERVER_NAME, STATE, exporter_targets, ready_pods, scrape_job,
-                     values, write_values)
+                     tls_secret, values, write_values)
 from pykit.builders import force_unlock_event, job_name, lock_lease, now_utc, terraform_object
 from pykit.controlplane import ROOT, audit_time
 from pykit.net import wait_for
@@ -38,7 +41,8 @@ MANAGER_LABELS = {"control-plane": "controller-manager", "app.kubernetes.io/name
                   "cluster.x-k8s.io/provider": "infrastructure-terraform"}
 
 
-def test_node_ready_and_operator_runs_prometheus_and_alertmanager(node: Node, monitoring: Monitoring) -> None:
+def test_node_ready_and_operator_runs_prometheus_and_alertmanager(node: Node, lost_nodes: Scenario,
+                                                                  monitoring: Monitoring) -> None:
     assert node.node_ready()
     (op,) = node.pods("monitoring", "app.kubernetes.io/name=prometheus-operator")
     assert Node.is_ready(op) and op["spec"]["nodeName"] == NODE_NAME, op.get("status")
@@ -85,6 +89,50 @@ def test_helm_install_both_replicas_ready_by_the_kubelets_probes(node: Node, ima
         return any(float(r["value"][1]) == 1 for r in monitoring.query(f'up{{job="captf-lock-exporter",namespace="{NS}"}}'))
     wait_for(up_once, 180, "Prometheus' first up 1 for the exporter", interval=0.5)
     REPORT["helm_install_to_first_up_1_s"] = round(time.monotonic() - t0, 1)
+
+
+def test_runners_on_two_more_nodes_hold_locks_then_their_kubelets_stop(node: Node, monitoring: Monitoring,
+                                                                      lost_nodes: Scenario) -> None:
+    """The start of the lost-node case (checked in test_node_3_lost_node.py, after the tests between
+    have run inside the controller's grace and the alert's 300 s + 1m): an own runner pod on each
+    imitated node holds its object's lock; the exporter calls both own_live with no node-lost
+    series; then both kubelets stop."""
+    sc = lost_nodes
+    node.kube.namespace(LOST_NS)
+    for case in sc.cases:
+        case.start(node.kube)
+
+    def both_own_live() -> bool:
+        for case in sc.cases:
+            got = monitoring.query(f'captf_state_lock_info{{namespace="{LOST_NS}",name="{case.obj}"}}')
+            if not got or {r["metric"].get("class") for r in got} != {"own_live"}:
+                return False
+        return True
+    wait_for(both_own_live, 120, "both runners' locks own_live in Prometheus", interval=1)
+    # a held lock on a Ready node has no evidence: the series is absent (it can be: see the checks later)
+    assert not monitoring.query(f'{LOST}{{namespace="{LOST_NS}"}}'), monitoring.query(f'{LOST}{{namespace="{LOST_NS}"}}')
+    # the replicas read directly (the monitor's figures for the exporter itself): the same, on both
+    def replica_ips() -> list[str]:
+        # the Deployment's pods only: the impostor of test_node_2_tls.py has the same labels and
+        # must never receive a request
+        return [p["status"]["podIP"] for p in ready_pods(node)
+                if any(o["kind"] == "ReplicaSet" for o in p["metadata"].get("ownerReferences", []))]
+    ca = node.w / "release-ca.crt"  # the CA the rotation keeps (test_node_2_tls.py checks it does)
+    ca.write_bytes(tls_secret(node)["ca.crt"])
+    replicas = Replicas(replica_ips, node.kube.token("monitoring", PROMETHEUS_SA), ca, SERVER_NAME)
+    scraped = replicas.scrape()
+    assert len(scraped) == 2, len(scraped)
+    for samples in scraped:
+        mine = {(lb["name"], lb["class"]) for (n, lb, v) in samples
+                if n == "captf_state_lock_info" and lb.get("namespace") == LOST_NS}
+        assert mine == {(c.obj, "own_live") for c in sc.cases}, mine
+        assert not [x for x in samples if x[0] == LOST and x[1].get("namespace") == LOST_NS], samples
+    for case in sc.cases:
+        bound = [p["metadata"]["name"] for p in node.kube.list("pods", None, fieldSelector=f"spec.nodeName={case.node}")["items"]]
+        assert bound == [case.pod], f"pods on the imitated node {case.node}: {bound}"
+        case.kubelet.stop()
+    sc.stopped_at = time.time()
+    sc.monitor = Monitor(node, monitoring.query, monitoring.webhook.alerts, replicas, sc.cases).start()
 
 
 def test_operator_prometheus_scrapes_both_replicas_over_verified_https_and_loads_the_rules(

@@ -1,4 +1,4 @@
-"""The release's end (run after test_node.py and test_node_2_tls.py), and the chart's cert-manager mode:
+"""The release's end (run after test_node.py, test_node_2_tls.py and test_node_3_lost_node.py), and the chart's cert-manager mode:
 
 - a negative control for the rollout check: with both replicas scaled to zero (`helm upgrade` with
   replicaCount 0), CAPTFLockExporterDown reaches the webhook. The rule waits 5 minutes (`for: 5m`),
