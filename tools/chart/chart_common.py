@@ -254,6 +254,15 @@ class Fail(Exception):
     pass
 
 
+def must_fail(fn: Callable[[], Any]) -> bool:
+    """Whether a check rejects its input (raises Fail): what every self-test asks of a broken render."""
+    try:
+        fn()
+    except Fail:
+        return True
+    return False
+
+
 class Skip(Exception):
     pass
 

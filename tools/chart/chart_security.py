@@ -15,6 +15,7 @@ from typing import Any, Callable
 import helm_python as helm
 
 from chart_common import (
+    must_fail,
     METRICS_URLS,
     NAMESPACE,
     PAGES_URLS,
@@ -304,13 +305,6 @@ OBJECT_CHECKS: dict[str, Callable[[list[dict[str, Any]], dict[str, Any]], str]] 
 
 def security_self_tests(objs: list[dict[str, Any]], merged: dict[str, Any], r: Runner) -> None:
     """Each new check must reject a broken render (objs/merged: a variant with TLS from a Secret, a CA, auth and readers)."""
-    def must_fail(fn: Callable[[], Any]) -> bool:
-        try:
-            fn()
-        except Fail:
-            return True
-        return False
-
     def mutate(f: Callable[[list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
         o = copy.deepcopy(objs)
         f(o)
@@ -365,13 +359,6 @@ def auth_service_self_tests(objs: list[dict[str, Any]], merged: dict[str, Any],
                             off_objs: list[dict[str, Any]], off_merged: dict[str, Any], r: Runner) -> None:
     """The web.auth.service checks must reject a broken render (objs/merged: web.auth.service with every
     reader bound; off_objs/off_merged: web.auth.service with web.auth.enabled false)."""
-    def must_fail(fn: Callable[[], Any]) -> bool:
-        try:
-            fn()
-        except Fail:
-            return True
-        return False
-
     def mutate(f: Callable[[list[dict[str, Any]]], None], base: list[dict[str, Any]] = objs) -> list[dict[str, Any]]:
         o = copy.deepcopy(base)
         f(o)

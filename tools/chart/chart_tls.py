@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import helm_python as helm
 
-from chart_common import CERT_MANAGER_KINDS, Fail, Runner, by_kind, expect, ident, one, render
+from chart_common import CERT_MANAGER_KINDS, Fail, Runner, by_kind, expect, ident, must_fail, one, render
 
 
 def fullname_of(objs: list[dict[str, Any]]) -> str:
@@ -223,13 +223,6 @@ TLS_OBJECT_CHECKS: dict[str, Callable[[list[dict[str, Any]], dict[str, Any]], st
 
 def tls_self_tests(rendered: dict[str, tuple[list[dict[str, Any]], dict[str, Any], Path]], r: Runner) -> None:
     """Each check above must reject a broken render of the variant it is about."""
-    def must_fail(fn: Callable[[], Any]) -> bool:
-        try:
-            fn()
-        except Fail:
-            return True
-        return False
-
     def mutate(objs: list[dict[str, Any]], f: Callable[[list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
         o = copy.deepcopy(objs)
         f(o)

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import yaml
 
 from chart_common import (
+    must_fail,
     CERT_MANAGER_KINDS,
     CR_KINDS,
     FIXTURES,
@@ -266,13 +267,6 @@ def check_dockerfile(chart_values: dict[str, Any], r: Runner) -> None:
 # Self-tests: the checks must fail on broken input.
 
 def self_tests(objs_all_on: list[dict[str, Any]], r: Runner) -> None:
-    def must_fail(fn: Callable[[], Any]) -> bool:
-        try:
-            fn()
-        except Fail:
-            return True
-        return False
-
     def run() -> str:
         cr = [o for o in by_kind(objs_all_on, "ClusterRole")
               if any("leases" in r_.get("resources", []) for r_ in o["rules"])][0]
