@@ -439,9 +439,11 @@ async def run(args, workdir: Path) -> int:
         ex_log = workdir / "exporter.log"
         # --watch-timeout 30s: watches restart every 30-60 s, as the soak has always exercised them
         # (the default is client-go's 5-10 min); every object's series, so that a create and a
-        # delete of an idle object are transitions the scrapes can see; no Node watch: the fake
-        # API serves no Nodes, and the 404s' error series moved the count off its baseline
-        # (54,487 against 54,490 after the churn; with nodes skipped it came back exactly)
+        # delete of an idle object are transitions the scrapes can see; no Node watch: with it,
+        # two captf_state_lock_holder_node_lost_timestamp_seconds series of the fake fleet's
+        # start are gone after the churn and the restore does not bring them back (54,490 series
+        # at the baseline, 54,488 after; the fake API serves no Nodes for its pods' nodeName).
+        # The lost-node evidence is tested in the realkube and node stages.
         exporter = start([args.exporter, "--kubeconfig", str(kubeconfig), "--listen-address", f"127.0.0.1:{port}",
                           "--plain-http", "--auth=none", "--log-level", "warn", "--watch-timeout", "30s",
                           "--export-idle-objects", "--skip-resources", "nodes"], ex_log, env=env)
