@@ -201,7 +201,6 @@ fn buckets_are_sized_for_the_keys_that_render() {
     };
     let hash = sizing.hash.clone();
     let mut store = Store::new(Exposition::default(), sizing);
-
     store.update(&shared, &sink, now);
     assert_eq!(store.bucket_count(), 16, "sized for at most 10 keys");
     let a = body_of(&store, &shared);
@@ -210,7 +209,6 @@ fn buckets_are_sized_for_the_keys_that_render() {
     // A later change finds the buckets right: its own bucket alone.
     let (key, l) = lease(&mut rng, "ns-a", Kind::TerraformMachine, "m3");
     shared.write(|ix, now| ix.apply(key, l, now));
-
     assert_eq!(store.update(&shared, &sink, now).buckets, 1);
 }
 
